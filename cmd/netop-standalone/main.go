@@ -1,0 +1,71 @@
+// Command netop-standalone runs a whole Kubernetes control plane (etcd,
+// kube-apiserver, kube-controller-manager) and the netop operator in one
+// process, so that a newcomer can kubectl apply a Network within seconds.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/netop-dev/netop/internal/controlplane"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/operator"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var (
+		dataDir   string
+		port      int
+		verbosity int
+	)
+	opts := operator.NewOptions()
+	cmd := &cobra.Command{
+		Use:          "netop-standalone [--data-dir DIR]",
+		Short:        "Run an embedded Kubernetes control plane with the netop operator",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(verbosity), textlogger.Output(os.Stderr)))
+			ctx = klog.NewContext(ctx, logger)
+			return run(ctx, cmd, dataDir, port, opts)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".netop", "Directory for the control plane's state, certificates, kubeconfig and logs. Reused on restart.")
+	cmd.Flags().IntVar(&port, "apiserver-port", 0, "Port of the API server on 127.0.0.1 when the data directory has none recorded yet (0: any free port).")
+	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "Log verbosity of the operator.")
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts *operator.Options) error {
+	logger := klog.FromContext(ctx)
+	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dataDir, APIServerPort: port})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		logger.Info("Stopping the control plane")
+		cp.Stop()
+	}()
+	if err := install.CRDs(ctx, cp.AdminConfig()); err != nil {
+		return err
+	}
+	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs")
+	fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
+	return operator.Run(ctx, cp.AdminConfig(), opts)
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// The test binary doubles as netop-standalone, so that the tests run the
+// real command in a subprocess without building it separately.
+func TestMain(m *testing.M) {
+	if os.Getenv("NETOP_STANDALONE_TEST_MAIN") == "1" {
+		os.Args = append([]string{"netop-standalone"}, strings.Fields(os.Getenv("NETOP_STANDALONE_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type standalone struct {
+	cmd        *exec.Cmd
+	kubeconfig string
+	stderr     *strings.Builder
+}
+
+// startStandalone runs netop-standalone on dataDir and waits for the line
+// that gives the kubeconfig.
+func startStandalone(t *testing.T, dataDir string) *standalone {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "NETOP_STANDALONE_TEST_MAIN=1", "NETOP_STANDALONE_TEST_ARGS=--data-dir "+dataDir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &standalone{cmd: cmd, stderr: &strings.Builder{}}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	deadline := time.After(90 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("netop-standalone exited before printing KUBECONFIG; stderr:\n%s", s.stderr)
+			}
+			if _, path, found := strings.Cut(line, "KUBECONFIG="); found {
+				s.kubeconfig = path
+				return s
+			}
+		case <-deadline:
+			t.Fatalf("no KUBECONFIG line within 90s; stderr:\n%s", s.stderr)
+		}
+	}
+}
+
+// stop sends Ctrl-C and waits for a clean exit.
+func (s *standalone) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("netop-standalone did not exit cleanly on SIGINT: %v; stderr:\n%s", err, s.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("netop-standalone did not stop within 60s of SIGINT")
+	}
+}
+
+func client(t *testing.T, kubeconfig string) versioned.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return versioned.NewForConfigOrDie(cfg)
+}
+
+// A Network created before a restart is there after it, and the kubeconfig
+// written by the first start still works.
+func TestRestartKeepsObjectsAndKubeconfig(t *testing.T) {
+	dataDir := t.TempDir()
+	first := startStandalone(t, dataDir)
+	if want := filepath.Join(dataDir, "kubeconfig"); first.kubeconfig != want {
+		t.Fatalf("KUBECONFIG=%s, want %s", first.kubeconfig, want)
+	}
+	nets := client(t, first.kubeconfig).SamplecrdV1().Networks("default")
+	created, err := nets.Create(context.Background(), &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "example-network"},
+		Spec:       samplecrdv1.NetworkSpec{CIDR: "192.168.0.0/16", Gateway: "192.168.0.1"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	first.stop(t)
+
+	// The Kubernetes components log to files, not to the terminal.
+	if strings.Contains(first.stderr.String(), "kube-apiserver") || strings.Count(first.stderr.String(), "\n") > 20 {
+		t.Errorf("component logs leaked to stderr:\n%s", first.stderr)
+	}
+	for _, name := range []string{"kube-apiserver.log", "kube-controller-manager.log", "etcd.log"} {
+		if fi, err := os.Stat(filepath.Join(dataDir, "logs", name)); err != nil || fi.Size() == 0 {
+			t.Errorf("log file %s missing or empty: %v", name, err)
+		}
+	}
+
+	second := startStandalone(t, dataDir)
+	got, err := client(t, first.kubeconfig).SamplecrdV1().Networks("default").Get(context.Background(), "example-network", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("after restart, with the first kubeconfig: %v", err)
+	}
+	if got.UID != created.UID {
+		t.Fatalf("after restart the Network has UID %s, want %s", got.UID, created.UID)
+	}
+	second.stop(t)
+}

@@ -1,0 +1,76 @@
+// Command netop is the Network operator for any Kubernetes cluster. It is
+// built on client-go alone, so that its image stays small.
+package main
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/version"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "netop",
+		Short:         "netop manages Networks (samplecrd.k8s.io/v1) declaratively",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	root.PersistentFlags().AddGoFlagSet(klogFlags)
+
+	root.AddCommand(newRunCommand(), &cobra.Command{
+		Use:   "version",
+		Short: "Print netop's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), version.String())
+		},
+	}, &cobra.Command{
+		Use:   "manifests",
+		Short: "Print the CRD, RBAC and Deployment manifests, for kubectl apply -f -",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			_, _ = cmd.OutOrStdout().Write(config.All())
+		},
+	})
+	return root
+}
+
+func newRunCommand() *cobra.Command {
+	clientFlags := &operator.ClientConfigFlags{}
+	opts := operator.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the operator against a cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := clientFlags.RESTConfig()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return operator.Run(klog.NewContext(ctx, klog.Background()), cfg, opts)
+		},
+	}
+	clientFlags.AddFlags(cmd.Flags())
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,63 @@
+// Package config embeds the manifests under config/ (the CRD that
+// controller-gen makes from the API types, and the RBAC and Deployment for
+// running netop in a cluster), so that the binaries can install and print
+// exactly the manifests they were built with.
+package config
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed crd/*.yaml rbac/*.yaml manager/*.yaml
+var files embed.FS
+
+// CRDs returns the CustomResourceDefinitions of netop's API.
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, doc := range documents("crd") {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(doc, crd); err != nil {
+			return nil, fmt.Errorf("decoding embedded CRD: %w", err)
+		}
+		crds = append(crds, crd)
+	}
+	return crds, nil
+}
+
+// All returns every manifest, CRDs first, as one multi-document YAML stream
+// that `kubectl apply -f -` takes.
+func All() []byte {
+	var out bytes.Buffer
+	for _, dir := range []string{"crd", "rbac", "manager"} {
+		for _, doc := range documents(dir) {
+			out.WriteString("---\n")
+			out.Write(bytes.TrimSpace(doc))
+			out.WriteString("\n")
+		}
+	}
+	return out.Bytes()
+}
+
+// documents returns the YAML documents of the files in dir, in file name order.
+func documents(dir string) [][]byte {
+	names, _ := fs.Glob(files, dir+"/*.yaml")
+	sort.Strings(names)
+	var docs [][]byte
+	for _, name := range names {
+		data, _ := files.ReadFile(name)
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			doc = bytes.TrimPrefix(bytes.TrimSpace(doc), []byte("---"))
+			if len(bytes.TrimSpace(doc)) > 0 {
+				docs = append(docs, doc)
+			}
+		}
+	}
+	return docs
+}

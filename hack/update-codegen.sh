@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Regenerates everything that is derived from the API types in pkg/apis:
+# deepcopy functions, the typed clientset, listers and informers
+# (k8s.io/code-generator) and the CRD manifest (controller-gen). The tools run
+# at the versions pinned by the `tool` directives in go.mod.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+module=$(go list -m)
+apis=(samplecrd/v1)
+header=hack/boilerplate.go.txt
+out=pkg/generated
+
+input_pkgs=()
+for gv in "${apis[@]}"; do input_pkgs+=("$module/pkg/apis/$gv"); done
+
+# Remove what the generators made before, so that a type that went away does
+# not leave stale files behind.
+rm -rf "$out"
+find pkg/apis -name zz_generated.deepcopy.go -delete
+
+go tool deepcopy-gen \
+  --go-header-file "$header" \
+  --output-file zz_generated.deepcopy.go \
+  "${input_pkgs[@]}"
+
+inputs=()
+for gv in "${apis[@]}"; do inputs+=(--input "$gv"); done
+go tool client-gen \
+  --go-header-file "$header" \
+  --clientset-name versioned \
+  --input-base "$module/pkg/apis" \
+  --output-dir "$out/clientset" \
+  --output-pkg "$module/$out/clientset" \
+  "${inputs[@]}"
+
+go tool lister-gen \
+  --go-header-file "$header" \
+  --output-dir "$out/listers" \
+  --output-pkg "$module/$out/listers" \
+  "${input_pkgs[@]}"
+
+go tool informer-gen \
+  --go-header-file "$header" \
+  --output-dir "$out/informers" \
+  --output-pkg "$module/$out/informers" \
+  --versioned-clientset-package "$module/$out/clientset/versioned" \
+  --listers-package "$module/$out/listers" \
+  "${input_pkgs[@]}"
+
+rm -f config/crd/*.yaml
+go tool controller-gen crd:crdVersions=v1 paths=./pkg/apis/... output:crd:artifacts:config=config/crd

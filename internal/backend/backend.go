@@ -1,0 +1,85 @@
+// Package backend defines what the Network controller needs from a provider
+// of real networks (a Linux bridge, a Neutron network), so that the
+// controller's logic is the same whatever provides the network.
+//
+// A backend records on everything it creates which Network owns it (by UID),
+// so that after a crash netop adopts what it made instead of making it
+// twice, and so that the orphan sweeper can find what no Network claims.
+package backend
+
+import (
+	"context"
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// Owner identifies the Network that a backend network belongs to. UID is the
+// authority; Namespace and Name are for people and logs.
+type Owner struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+// Network is the desired state of one backend network.
+type Network struct {
+	Owner
+	// CIDR is canonical: its host bits are zero.
+	CIDR netip.Prefix
+	// Gateway lies inside CIDR.
+	Gateway netip.Addr
+}
+
+// Action says what Ensure had to do.
+type Action string
+
+const (
+	// ActionNone: the backend network already matched; nothing was changed.
+	ActionNone Action = ""
+	// ActionCreated: the backend network did not exist and was created.
+	ActionCreated Action = "Created"
+	// ActionUpdated: the backend network existed and was changed to match.
+	ActionUpdated Action = "Updated"
+)
+
+// Result is the outcome of Ensure.
+type Result struct {
+	// Status identifies the backend network; it goes into status.backend.
+	Status samplecrdv1.NetworkBackendStatus
+	Action Action
+}
+
+// Backend provides real networks for Networks.
+//
+// All methods are safe for concurrent use and idempotent. The recorded
+// argument is status.backend as last written, or nil; a backend must not
+// trust it blindly (the network may have been deleted or replaced by hand)
+// but uses it to find what it made.
+type Backend interface {
+	// Type is the value of status.backend.type for this backend.
+	Type() samplecrdv1.BackendType
+
+	// Ensure converges the backend network of want.Owner to want, creating
+	// it if it is missing, and reports what it did.
+	Ensure(ctx context.Context, want Network, recorded *samplecrdv1.NetworkBackendStatus) (Result, error)
+
+	// Delete removes the backend network of owner. A network that is
+	// already gone is not an error.
+	Delete(ctx context.Context, owner Owner, recorded *samplecrdv1.NetworkBackendStatus) error
+
+	// ListOwned lists the owners of every backend network that netop made.
+	ListOwned(ctx context.Context) ([]Owner, error)
+}
+
+// DriftWatcher is implemented by backends that can see changes made behind
+// netop's back, so that they are repaired at once rather than at the next
+// resync.
+type DriftWatcher interface {
+	// WatchDrift calls changed with the owner of each backend network that
+	// changed or disappeared, until ctx is done. It returns early only
+	// with an error that stops the watch.
+	WatchDrift(ctx context.Context, changed func(Owner)) error
+}

@@ -1,0 +1,383 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// ErrForeign is wrapped by errors about an interface that has a bridge's
+// name but belongs to someone else; netop never takes such an interface over.
+var ErrForeign = errors.New("interface is not owned by this Network")
+
+const (
+	bridgePrefix = "netop"
+	// ifNameSize is IFNAMSIZ without the terminating NUL.
+	ifNameSize = 15
+	// uidDigits: "netop" + 10 = 15 bytes. 40 bits of a random UUID make a
+	// clash unlikely; if one happens the alias check refuses it.
+	uidDigits = ifNameSize - len(bridgePrefix)
+
+	aliasPrefix = "netop:"
+	// maxAliasLen is IFALIASZ without the terminating NUL.
+	maxAliasLen = 255
+
+	// dumpRetries bounds retries of dumps interrupted by concurrent
+	// changes, whose results may be inconsistent.
+	dumpRetries = 5
+)
+
+// BridgeName returns the name of the bridge of the Network with this UID:
+// "netop" and the first ten hex digits of the UID. Deriving it from the UID
+// means a crash between creating a bridge and recording it never leads to
+// a second bridge.
+func BridgeName(uid types.UID) string {
+	var b [ifNameSize]byte
+	n := copy(b[:], bridgePrefix)
+	for i := 0; i < len(uid) && n < len(b); i++ {
+		c := uid[i]
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		case 'A' <= c && c <= 'F':
+			c += 'a' - 'A'
+		default:
+			continue // dashes, and anything else that is no interface name
+		}
+		b[n] = c
+		n++
+	}
+	return string(b[:n])
+}
+
+// validUID accepts UIDs that give a full bridge name and a parsable alias.
+func validUID(uid types.UID) bool {
+	if len(uid) == 0 || len(uid) > 128 {
+		return false
+	}
+	digits := 0
+	for i := 0; i < len(uid); i++ {
+		switch c := uid[i]; {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+			digits++
+		case c == '-':
+		default:
+			return false
+		}
+	}
+	return digits >= uidDigits
+}
+
+// Alias returns the interface alias that marks a bridge as owner's:
+// "netop:<namespace>/<name>/<uid>". The name, then the namespace, is
+// shortened to fit the kernel's limit; the UID is kept whole because it is
+// what ownership is decided by.
+func Alias(owner backend.Owner) string {
+	ns, name, uid := owner.Namespace, owner.Name, string(owner.UID)
+	if over := len(aliasPrefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxAliasLen; over > 0 {
+		cut := min(over, len(name))
+		name = name[:len(name)-cut]
+		over -= cut
+		ns = ns[:len(ns)-min(over, len(ns))]
+	}
+	return aliasPrefix + ns + "/" + name + "/" + uid
+}
+
+// ParseAlias returns the owner recorded in an interface alias made by
+// Alias, and false for any other alias.
+func ParseAlias(alias string) (backend.Owner, bool) {
+	rest, ok := strings.CutPrefix(alias, aliasPrefix)
+	if !ok {
+		return backend.Owner{}, false
+	}
+	first := strings.IndexByte(rest, '/')
+	last := strings.LastIndexByte(rest, '/')
+	if first < 0 || first == last {
+		return backend.Owner{}, false
+	}
+	uid := types.UID(rest[last+1:])
+	if !validUID(uid) {
+		return backend.Owner{}, false
+	}
+	return backend.Owner{Namespace: rest[:first], Name: rest[first+1 : last], UID: uid}, true
+}
+
+// Ensure converges the bridge of want.Owner. The bridge is found by its
+// derived name, so recorded is not needed.
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return backend.Result{}, err
+	}
+	if err := validNetwork(want); err != nil {
+		return backend.Result{}, err
+	}
+	name := BridgeName(want.UID)
+	logger := klog.FromContext(ctx).WithValues("bridge", name, "netns", b.netnsName)
+	res := backend.Result{Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: name}}
+
+	link, err := b.nl.LinkByName(name)
+	if isLinkNotFound(err) {
+		var created netlink.Link
+		created, err = b.create(name, want.Owner)
+		switch {
+		case err != nil:
+			return res, err
+		case created != nil:
+			res.Action = backend.ActionCreated
+			logger.Info("Created bridge", "owner", created.Attrs().Alias)
+			link = created
+		default:
+			link, err = b.nl.LinkByName(name)
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("look up bridge %s: %w", name, err)
+	}
+
+	changed, err := b.converge(logger, link, want)
+	if changed && res.Action == backend.ActionNone {
+		res.Action = backend.ActionUpdated
+	}
+	if err != nil {
+		return res, err
+	}
+	if res.Action == backend.ActionNone {
+		logger.V(5).Info("Bridge is up to date")
+	}
+	return res, nil
+}
+
+// create adds the bridge, up and marked as owner's, and returns it as
+// created; nil if someone else created the name first. The kernel ignores
+// IFLA_IFALIAS when it creates a link, so the alias is set right after:
+// if netop dies in between, the next Ensure adopts the unmarked bridge by
+// its derived name.
+func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error) {
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Flags: net.FlagUp}}
+	err := b.nl.LinkAdd(br)
+	if errors.Is(err, unix.EEXIST) {
+		return nil, nil // converge decides whether it is ours
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create bridge %s: %w", name, err)
+	}
+	if br.Index == 0 {
+		// LinkAdd looks the index up itself; this is only if that failed.
+		link, err := b.nl.LinkByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("look up bridge %s after creating it: %w", name, err)
+		}
+		br.Index = link.Attrs().Index
+	}
+	alias := Alias(owner)
+	if err := b.nl.LinkSetAlias(br, alias); err != nil {
+		return nil, fmt.Errorf("mark new bridge %s as owned (the next attempt adopts it): %w", name, err)
+	}
+	br.Alias = alias
+	return br, nil
+}
+
+// converge brings an existing link to want, refusing links that are not
+// ours. A link that already matches costs one address dump and no change.
+func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.Network) (changed bool, err error) {
+	attrs := link.Attrs()
+	name := attrs.Name
+
+	if link.Type() != "bridge" {
+		return false, fmt.Errorf("%w: %s is of type %s, not a bridge; remove or rename it", ErrForeign, name, link.Type())
+	}
+	wantAlias := Alias(want.Owner)
+	if attrs.Alias != wantAlias {
+		// An empty alias on a bridge with our derived name is one that
+		// netop created and then crashed before marking; adopt it.
+		if attrs.Alias != "" {
+			if owner, ok := ParseAlias(attrs.Alias); !ok || owner.UID != want.UID {
+				return false, fmt.Errorf("%w: bridge %s has alias %q, not the UID %s", ErrForeign, name, attrs.Alias, want.UID)
+			}
+		}
+		if err := b.nl.LinkSetAlias(link, wantAlias); err != nil {
+			return false, fmt.Errorf("set owner alias on bridge %s: %w", name, err)
+		}
+		changed = true
+		logger.Info("Marked bridge as owned", "oldAlias", attrs.Alias, "alias", wantAlias)
+	}
+
+	if attrs.Flags&net.FlagUp == 0 {
+		if err := b.nl.LinkSetUp(link); err != nil {
+			return changed, fmt.Errorf("set bridge %s up: %w", name, err)
+		}
+		changed = true
+		logger.V(2).Info("Set bridge up")
+	}
+
+	addrs, err := b.addrList(link)
+	if err != nil {
+		return changed, fmt.Errorf("list addresses of bridge %s: %w", name, err)
+	}
+	bits := want.CIDR.Bits()
+	have := false
+	// Removing before adding matters: with IPv4, deleting a primary address
+	// also deletes the secondaries of its subnet, which a new gateway in
+	// the same subnet would be; with IPv6, the same address with another
+	// prefix length cannot be added beside the old one.
+	for i := range addrs {
+		a := &addrs[i]
+		ip, ok := netip.AddrFromSlice(a.IP)
+		ip = ip.Unmap()
+		ones, _ := a.Mask.Size()
+		if ok && ip == want.Gateway && ones == bits {
+			have = true
+			continue
+		}
+		if ok && ip.Is6() && ip.IsLinkLocalUnicast() {
+			continue // the kernel's own, needed for IPv6 neighbour discovery
+		}
+		err := b.nl.AddrDel(link, a)
+		if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return changed, fmt.Errorf("remove address %s from bridge %s: %w", a.IPNet, name, err)
+		}
+		changed = true
+		logger.V(2).Info("Removed address", "address", a.IPNet.String())
+	}
+	if !have {
+		gw := &netlink.Addr{IPNet: &net.IPNet{
+			IP:   want.Gateway.AsSlice(),
+			Mask: net.CIDRMask(bits, want.Gateway.BitLen()),
+		}}
+		if want.Gateway.Is6() {
+			// A bridge without ports has no carrier, so duplicate address
+			// detection would leave the gateway tentative, unusable, until
+			// the first port comes up. The address is netop's by design.
+			gw.Flags = unix.IFA_F_NODAD
+		}
+		err := b.nl.AddrAdd(link, gw)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return changed, fmt.Errorf("add address %s to bridge %s: %w", gw.IPNet, name, err)
+		}
+		changed = true
+		logger.V(2).Info("Added address", "address", gw.IPNet.String())
+	}
+	return changed, nil
+}
+
+func (b *Backend) addrList(link netlink.Link) ([]netlink.Addr, error) {
+	var err error
+	for range dumpRetries {
+		var addrs []netlink.Addr
+		addrs, err = b.nl.AddrList(link, netlink.FAMILY_ALL)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return addrs, err
+		}
+	}
+	return nil, err
+}
+
+// Delete removes the bridge of owner: the one recorded in status and the
+// one with the derived name, if they differ, and only if they are owner's.
+// An interface that is not owner's is left alone and not an error, since
+// owner's network is gone either way.
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
+	if !validUID(owner.UID) {
+		return fmt.Errorf("invalid UID %q", owner.UID)
+	}
+	logger := klog.FromContext(ctx).WithValues("netns", b.netnsName)
+	derived := BridgeName(owner.UID)
+	if recorded != nil && recorded.Interface != "" && recorded.Interface != derived {
+		if err := b.deleteOwned(logger, recorded.Interface, owner, false); err != nil {
+			return err
+		}
+	}
+	return b.deleteOwned(logger, derived, owner, true)
+}
+
+// deleteOwned deletes the link name if its alias names owner, or if it is
+// unmarked and derived says the name is the one netop would have created
+// for owner.
+func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Owner, derived bool) error {
+	logger = logger.WithValues("bridge", name)
+	if len(name) > ifNameSize || strings.ContainsAny(name, "/ \t\n\x00") {
+		logger.Info("Ignoring invalid recorded interface name")
+		return nil
+	}
+	link, err := b.nl.LinkByName(name)
+	if isLinkNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up bridge %s: %w", name, err)
+	}
+	alias := link.Attrs().Alias
+	if alias == "" {
+		if !derived || link.Type() != "bridge" {
+			logger.Info("Not deleting an interface that netop did not mark as its own")
+			return nil
+		}
+	} else if o, ok := ParseAlias(alias); !ok || o.UID != owner.UID {
+		logger.Info("Not deleting an interface owned by someone else", "alias", alias)
+		return nil
+	}
+	// By index, so a link replaced since the check is not the one deleted.
+	if err := b.nl.LinkDel(link); err != nil && !isLinkNotFound(err) && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete bridge %s: %w", name, err)
+	}
+	logger.Info("Deleted bridge")
+	return nil
+}
+
+// ListOwned lists the owners of all links that carry a netop alias.
+func (b *Backend) ListOwned(ctx context.Context) ([]backend.Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var (
+		links []netlink.Link
+		err   error
+	)
+	for range dumpRetries {
+		links, err = b.nl.LinkList()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var owners []backend.Owner
+	for _, l := range links {
+		if o, ok := ParseAlias(l.Attrs().Alias); ok {
+			owners = append(owners, o)
+		}
+	}
+	return owners, nil
+}
+
+func validNetwork(n backend.Network) error {
+	if !validUID(n.UID) {
+		return fmt.Errorf("invalid UID %q", n.UID)
+	}
+	if !n.CIDR.IsValid() {
+		return fmt.Errorf("invalid CIDR %s", n.CIDR)
+	}
+	if n.CIDR.Addr().Is4In6() {
+		return fmt.Errorf("CIDR %s: IPv4-mapped IPv6 prefixes are not supported", n.CIDR)
+	}
+	if !n.CIDR.Contains(n.Gateway) {
+		return fmt.Errorf("gateway %s is not an address in %s", n.Gateway, n.CIDR)
+	}
+	return nil
+}
+
+func isLinkNotFound(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
+}

@@ -1,0 +1,165 @@
+// Package linux provides Networks as Linux bridges on the node that runs
+// netop, so that netop works without any cloud: a Network becomes a bridge
+// carrying the gateway address, which containers or VMs can be attached to.
+//
+// The backend keeps no state of its own. Everything it needs to find its
+// bridges again after a crash is on the bridges themselves: the name is
+// derived from the Network's UID and the interface alias records the owner.
+// It can work in a named network namespace instead of the host's, so that
+// tests and experiments cannot disturb the node's own networking.
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+var (
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.DriftWatcher = (*Backend)(nil)
+)
+
+// Config configures the Linux bridge backend.
+type Config struct {
+	// Netns is the name of the network namespace to work in, as in
+	// /run/netns/NAME (what `ip netns` uses); it is created if missing.
+	// Empty means the namespace of the netop process itself.
+	Netns string
+}
+
+// Backend provides Networks as Linux bridges. Its methods are safe for
+// concurrent use, except Close.
+type Backend struct {
+	netnsName string
+	// ns is kept open for the lifetime of the backend so that drift
+	// subscriptions are opened in the same namespace as the handle, even
+	// if the name is deleted or reused meanwhile.
+	ns     netns.NsHandle
+	handle *netlink.Handle
+	// nl is handle, behind an interface so that tests can see which
+	// netlink calls an operation makes.
+	nl        netlinkOps
+	closeOnce sync.Once
+}
+
+// netlinkOps is the part of *netlink.Handle that the backend uses.
+type netlinkOps interface {
+	LinkByName(name string) (netlink.Link, error)
+	LinkByIndex(index int) (netlink.Link, error)
+	LinkList() ([]netlink.Link, error)
+	AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
+	LinkAdd(link netlink.Link) error
+	LinkDel(link netlink.Link) error
+	LinkSetAlias(link netlink.Link, alias string) error
+	LinkSetUp(link netlink.Link) error
+	AddrAdd(link netlink.Link, addr *netlink.Addr) error
+	AddrDel(link netlink.Link, addr *netlink.Addr) error
+}
+
+// capNetAdmin is CAP_NET_ADMIN's bit in the capability sets.
+const capNetAdmin = 12
+
+// New returns a backend working in cfg.Netns. It fails early, with advice,
+// when netop lacks the privileges to manage links, rather than on the first
+// Network.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	logger := klog.FromContext(ctx)
+
+	if err := checkNetAdmin(); err != nil {
+		return nil, err
+	}
+
+	var (
+		ns  netns.NsHandle
+		err error
+	)
+	if cfg.Netns == "" {
+		// The process's namespace rather than the calling thread's, which
+		// might have been switched by a locked goroutine.
+		ns, err = netns.GetFromPid(os.Getpid())
+		if err != nil {
+			return nil, fmt.Errorf("open the host network namespace: %w", err)
+		}
+	} else {
+		if err := EnsureNetns(cfg.Netns); err != nil {
+			return nil, err
+		}
+		ns, err = netns.GetFromName(cfg.Netns)
+		if err != nil {
+			return nil, fmt.Errorf("open network namespace %q: %w", cfg.Netns, err)
+		}
+	}
+
+	// Only rtnetlink is needed; the default also opens xfrm, netfilter
+	// and generic netlink sockets.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		_ = ns.Close()
+		return nil, fmt.Errorf("open netlink in network namespace %q: %w", cfg.Netns, err)
+	}
+
+	logger.V(2).Info("Linux bridge backend ready", "netns", cfg.Netns)
+	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h}, nil
+}
+
+// Close releases the netlink handle and the namespace. The backend must not
+// be used afterwards.
+func (b *Backend) Close() {
+	b.closeOnce.Do(func() {
+		if b.handle != nil {
+			b.handle.Close()
+		}
+		if b.ns.IsOpen() {
+			_ = b.ns.Close()
+		}
+	})
+}
+
+// Type is samplecrdv1.BackendLinux.
+func (b *Backend) Type() samplecrdv1.BackendType { return samplecrdv1.BackendLinux }
+
+func checkNetAdmin() error {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	caps, err := parseCapEff(string(status))
+	if err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	if caps&(1<<capNetAdmin) == 0 {
+		return errors.New("linux backend needs CAP_NET_ADMIN: run netop as root or grant the capability (or use --backend=neutron)")
+	}
+	return nil
+}
+
+// parseCapEff returns the effective capability set from the text of
+// /proc/<pid>/status.
+func parseCapEff(status string) (uint64, error) {
+	for line := range strings.Lines(status) {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok || key != "CapEff" {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		caps, err := strconv.ParseUint(value, 16, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse CapEff %q: %w", value, err)
+		}
+		return caps, nil
+	}
+	return 0, errors.New("no CapEff line in process status")
+}

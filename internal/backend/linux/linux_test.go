@@ -1,0 +1,910 @@
+package linux
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/netop-dev/netop/internal/backend"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// eventTimeout bounds waits for netlink notifications, which normally
+// arrive within milliseconds.
+const eventTimeout = 10 * time.Second
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI must run as root: the linux backend tests need real netlink in throwaway network namespaces")
+	}
+	t.Skip("skipping: needs root to create network namespaces and bridges (run `sudo -E go test ./internal/backend/linux/`)")
+}
+
+// testEnv is a backend in a throwaway network namespace, with a separate
+// handle for making changes "by hand".
+type testEnv struct {
+	b     *Backend
+	hand  *netlink.Handle
+	netns string
+}
+
+func newTestEnv(t testing.TB) *testEnv {
+	t.Helper()
+	requireRoot(t)
+	name := "netop-t-" + randomHex(t, 4)
+	if err := EnsureNetns(name); err != nil {
+		t.Fatalf("EnsureNetns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := DeleteNetns(name); err != nil {
+			t.Errorf("DeleteNetns: %v", err)
+		}
+	})
+
+	b, err := New(testContext(t), Config{Netns: name})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(b.Close)
+
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	hand, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hand.Close)
+	return &testEnv{b: b, hand: hand, netns: name}
+}
+
+func testContext(t testing.TB) context.Context {
+	if tt, ok := t.(*testing.T); ok {
+		_, ctx := ktesting.NewTestContext(tt)
+		return ctx
+	}
+	return klog.NewContext(context.Background(), logr.Discard()) // benchmarks: no log cost
+}
+
+func randomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func newUID(t testing.TB) types.UID {
+	h := randomHex(t, 16)
+	return types.UID(h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:])
+}
+
+func network(t testing.TB, name, cidr, gw string) backend.Network {
+	return backend.Network{
+		Owner:   backend.Owner{Namespace: "default", Name: name, UID: newUID(t)},
+		CIDR:    netip.MustParsePrefix(cidr).Masked(),
+		Gateway: netip.MustParseAddr(gw),
+	}
+}
+
+func (e *testEnv) ensure(t *testing.T, want backend.Network, wantAction backend.Action) {
+	t.Helper()
+	res, err := e.b.Ensure(testContext(t), want, nil)
+	if err != nil {
+		t.Fatalf("Ensure(%s, %s gw %s): %v", want.Name, want.CIDR, want.Gateway, err)
+	}
+	if res.Action != wantAction {
+		t.Errorf("Ensure(%s, %s gw %s) action = %q, want %q", want.Name, want.CIDR, want.Gateway, res.Action, wantAction)
+	}
+	wantStatus := samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(want.UID)}
+	if res.Status != wantStatus {
+		t.Errorf("status = %+v, want %+v", res.Status, wantStatus)
+	}
+}
+
+// checkBridge verifies the bridge of want as the kernel sees it.
+func (e *testEnv) checkBridge(t *testing.T, want backend.Network) {
+	t.Helper()
+	name := BridgeName(want.UID)
+	link, err := e.hand.LinkByName(name)
+	if err != nil {
+		t.Fatalf("bridge %s: %v", name, err)
+	}
+	if link.Type() != "bridge" {
+		t.Errorf("%s type = %q, want bridge", name, link.Type())
+	}
+	if got, want := link.Attrs().Alias, Alias(want.Owner); got != want {
+		t.Errorf("%s alias = %q, want %q", name, got, want)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		t.Errorf("%s is not up", name)
+	}
+	wantAddr := netip.PrefixFrom(want.Gateway, want.CIDR.Bits()).String()
+	if got := e.addresses(t, link); !slices.Equal(got, []string{wantAddr}) {
+		t.Errorf("%s addresses = %v, want [%s]", name, got, wantAddr)
+	}
+}
+
+// addresses lists link's addresses other than IPv6 link-local ones.
+func (e *testEnv) addresses(t *testing.T, link netlink.Link) []string {
+	t.Helper()
+	addrs, err := e.hand.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() && a.IP.To4() == nil {
+			continue
+		}
+		out = append(out, a.IPNet.String())
+	}
+	return out
+}
+
+// addLink creates link by hand and sets its alias, which the kernel
+// ignores at creation.
+func (e *testEnv) addLink(t testing.TB, link netlink.Link, alias string) {
+	t.Helper()
+	if err := e.hand.LinkAdd(link); err != nil {
+		t.Fatalf("add %s: %v", link.Attrs().Name, err)
+	}
+	if alias == "" {
+		return
+	}
+	if err := e.hand.LinkSetAlias(link, alias); err != nil {
+		t.Fatalf("set alias of %s: %v", link.Attrs().Name, err)
+	}
+}
+
+// addNonBridge creates a link that is not a bridge: a dummy, or an ifb
+// where the kernel lacks the dummy driver.
+func (e *testEnv) addNonBridge(t testing.TB, name, alias string) {
+	t.Helper()
+	err := e.hand.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}})
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = e.hand.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name}})
+	}
+	if err != nil {
+		t.Fatalf("add %s: %v", name, err)
+	}
+	if alias == "" {
+		return
+	}
+	link, err := e.hand.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.hand.LinkSetAlias(link, alias); err != nil {
+		t.Fatalf("set alias of %s: %v", name, err)
+	}
+}
+
+// recordingOps records the netlink calls the backend makes.
+type recordingOps struct {
+	netlinkOps
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recordingOps) record(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, name)
+}
+
+func (r *recordingOps) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+func (r *recordingOps) LinkByName(n string) (netlink.Link, error) {
+	r.record("LinkByName")
+	return r.netlinkOps.LinkByName(n)
+}
+
+func (r *recordingOps) LinkByIndex(i int) (netlink.Link, error) {
+	r.record("LinkByIndex")
+	return r.netlinkOps.LinkByIndex(i)
+}
+
+func (r *recordingOps) LinkList() ([]netlink.Link, error) {
+	r.record("LinkList")
+	return r.netlinkOps.LinkList()
+}
+
+func (r *recordingOps) AddrList(l netlink.Link, f int) ([]netlink.Addr, error) {
+	r.record("AddrList")
+	return r.netlinkOps.AddrList(l, f)
+}
+
+func (r *recordingOps) LinkAdd(l netlink.Link) error {
+	r.record("LinkAdd")
+	return r.netlinkOps.LinkAdd(l)
+}
+
+func (r *recordingOps) LinkDel(l netlink.Link) error {
+	r.record("LinkDel")
+	return r.netlinkOps.LinkDel(l)
+}
+
+func (r *recordingOps) LinkSetAlias(l netlink.Link, a string) error {
+	r.record("LinkSetAlias")
+	return r.netlinkOps.LinkSetAlias(l, a)
+}
+
+func (r *recordingOps) LinkSetUp(l netlink.Link) error {
+	r.record("LinkSetUp")
+	return r.netlinkOps.LinkSetUp(l)
+}
+
+func (r *recordingOps) AddrAdd(l netlink.Link, a *netlink.Addr) error {
+	r.record("AddrAdd")
+	return r.netlinkOps.AddrAdd(l, a)
+}
+
+func (r *recordingOps) AddrDel(l netlink.Link, a *netlink.Addr) error {
+	r.record("AddrDel")
+	return r.netlinkOps.AddrDel(l, a)
+}
+
+func TestEnsureCreatesBridge(t *testing.T) {
+	e := newTestEnv(t)
+	rec := &recordingOps{netlinkOps: e.b.nl}
+	e.b.nl = rec
+	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+
+	e.ensure(t, want, backend.ActionCreated)
+	e.checkBridge(t, want)
+	if got, wantCalls := rec.take(), []string{"LinkByName", "LinkAdd", "LinkSetAlias", "AddrList", "AddrAdd"}; !slices.Equal(got, wantCalls) {
+		t.Errorf("creating Ensure made netlink calls %v, want %v", got, wantCalls)
+	}
+
+	e.ensure(t, want, backend.ActionNone)
+	if got, wantCalls := rec.take(), []string{"LinkByName", "AddrList"}; !slices.Equal(got, wantCalls) {
+		t.Errorf("no-op Ensure made netlink calls %v, want %v", got, wantCalls)
+	}
+}
+
+func TestEnsureUpdatesAddress(t *testing.T) {
+	e := newTestEnv(t)
+	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+	e.ensure(t, want, backend.ActionCreated)
+
+	// The tutorial's change: cidr 192.168.1.0/16, canonically
+	// 192.168.0.0/16, with gateway 192.168.1.1, a secondary address of the
+	// same subnet as the old one.
+	want.CIDR = netip.MustParsePrefix("192.168.1.0/16").Masked()
+	want.Gateway = netip.MustParseAddr("192.168.1.1")
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+
+	// Same gateway, other prefix length.
+	want.CIDR = netip.MustParsePrefix("192.168.1.0/24")
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+
+	// Drift: an extra address and the bridge set down by hand.
+	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, _ := netlink.ParseAddr("10.9.9.9/8")
+	if err := e.hand.AddrAdd(link, extra); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.hand.LinkSetDown(link); err != nil {
+		t.Fatal(err)
+	}
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+
+	// Family change.
+	want.CIDR = netip.MustParsePrefix("fd00:1::/64")
+	want.Gateway = netip.MustParseAddr("fd00:1::1")
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+}
+
+func TestEnsureIPv6(t *testing.T) {
+	e := newTestEnv(t)
+	want := network(t, "net6", "2001:db8:1::/64", "2001:db8:1::1")
+	e.ensure(t, want, backend.ActionCreated)
+	e.checkBridge(t, want)
+
+	// Link-local addresses belong to the kernel and stay.
+	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll, _ := netlink.ParseAddr("fe80::1234/64")
+	if err := e.hand.AddrAdd(link, ll); err != nil {
+		t.Fatal(err)
+	}
+	e.ensure(t, want, backend.ActionNone)
+
+	// Same address, other prefix length: IPv6 cannot have both.
+	want.CIDR = netip.MustParsePrefix("2001:db8::/32")
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+
+	want.CIDR = netip.MustParsePrefix("2001:db8:2::/64")
+	want.Gateway = netip.MustParseAddr("2001:db8:2::fe")
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+
+	addrs, err := e.hand.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(ll.IP) }) {
+		t.Errorf("link-local %s was removed; addresses: %v", ll, addrs)
+	}
+}
+
+func TestEnsureRefusesForeignLinks(t *testing.T) {
+	tests := []struct {
+		name string
+		add  func(t *testing.T, e *testEnv, name string, want, other backend.Owner)
+	}{{
+		name: "not a bridge",
+		add: func(t *testing.T, e *testEnv, name string, _, _ backend.Owner) {
+			e.addNonBridge(t, name, "")
+		},
+	}, {
+		name: "not a bridge, with our alias",
+		add: func(t *testing.T, e *testEnv, name string, want, _ backend.Owner) {
+			e.addNonBridge(t, name, Alias(want))
+		},
+	}, {
+		name: "bridge of another Network",
+		add: func(t *testing.T, e *testEnv, name string, _, other backend.Owner) {
+			e.addLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}, Alias(other))
+		},
+	}, {
+		name: "bridge with someone else's alias",
+		add: func(t *testing.T, e *testEnv, name string, _, _ backend.Owner) {
+			e.addLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}, "my lab bridge")
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+			other := backend.Owner{Namespace: "default", Name: "other", UID: newUID(t)}
+			name := BridgeName(want.UID)
+			tc.add(t, e, name, want.Owner, other)
+			before, err := e.hand.LinkByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			_, err = e.b.Ensure(testContext(t), want, nil)
+			if !errors.Is(err, ErrForeign) {
+				t.Fatalf("Ensure error = %v, want ErrForeign", err)
+			}
+			t.Logf("Ensure: %v", err)
+
+			after, err := e.hand.LinkByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Attrs().Alias != before.Attrs().Alias || after.Attrs().Flags != before.Attrs().Flags {
+				t.Errorf("link changed: alias %q → %q, flags %v → %v",
+					before.Attrs().Alias, after.Attrs().Alias, before.Attrs().Flags, after.Attrs().Flags)
+			}
+			if got := e.addresses(t, after); len(got) != 0 {
+				t.Errorf("addresses added to a foreign link: %v", got)
+			}
+
+			// Delete leaves it alone too, unless it carries our alias.
+			if err := e.b.Delete(testContext(t), want.Owner, nil); err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			_, err = e.hand.LinkByName(name)
+			if gone := isLinkNotFound(err); gone != (tc.name == "not a bridge, with our alias") {
+				t.Errorf("after Delete: LinkByName err = %v", err)
+			}
+		})
+	}
+}
+
+func TestEnsureAdoptsUnmarkedBridge(t *testing.T) {
+	e := newTestEnv(t)
+	want := network(t, "net1", "10.1.0.0/16", "10.1.0.1")
+	// What a crash between creating the bridge and marking it leaves.
+	if err := e.hand.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName(want.UID)}}); err != nil {
+		t.Fatal(err)
+	}
+	e.ensure(t, want, backend.ActionUpdated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+}
+
+func TestEnsureRejectsInvalidInput(t *testing.T) {
+	e := newTestEnv(t)
+	good := network(t, "net1", "10.1.0.0/16", "10.1.0.1")
+	tests := map[string]func(n *backend.Network){
+		"empty UID":          func(n *backend.Network) { n.UID = "" },
+		"short UID":          func(n *backend.Network) { n.UID = "abc" },
+		"UID with slash":     func(n *backend.Network) { n.UID = "0123456789/abcdef" },
+		"zero CIDR":          func(n *backend.Network) { n.CIDR = netip.Prefix{} },
+		"zero gateway":       func(n *backend.Network) { n.Gateway = netip.Addr{} },
+		"gateway outside":    func(n *backend.Network) { n.Gateway = netip.MustParseAddr("10.2.0.1") },
+		"gateway of v6":      func(n *backend.Network) { n.Gateway = netip.MustParseAddr("fd00::1") },
+		"mapped gateway":     func(n *backend.Network) { n.Gateway = netip.MustParseAddr("::ffff:10.1.0.1") },
+		"mapped IPv6 prefix": func(n *backend.Network) { n.CIDR = netip.MustParsePrefix("::ffff:10.1.0.0/112") },
+	}
+	for name, mutate := range tests {
+		n := good
+		mutate(&n)
+		if _, err := e.b.Ensure(testContext(t), n, nil); err == nil {
+			t.Errorf("%s: Ensure succeeded", name)
+		}
+	}
+	links, err := e.hand.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, bridgePrefix) {
+			t.Errorf("invalid input created %s", l.Attrs().Name)
+		}
+	}
+}
+
+func TestDelete(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testContext(t)
+	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+	res, err := e.b.Ensure(ctx, want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Delete(ctx, want.Owner, &res.Status); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := e.hand.LinkByName(res.Status.Interface); !isLinkNotFound(err) {
+		t.Errorf("bridge still there after Delete (err %v)", err)
+	}
+	if err := e.b.Delete(ctx, want.Owner, &res.Status); err != nil {
+		t.Errorf("second Delete: %v", err)
+	}
+	if err := e.b.Delete(ctx, want.Owner, nil); err != nil {
+		t.Errorf("Delete without status: %v", err)
+	}
+
+	// A recorded interface that is not ours, such as one written into the
+	// status by hand, is never deleted.
+	e.addNonBridge(t, "eth-lab", "")
+	recorded := &samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: "eth-lab"}
+	if err := e.b.Delete(ctx, want.Owner, recorded); err != nil {
+		t.Errorf("Delete of foreign recorded interface: %v", err)
+	}
+	if _, err := e.hand.LinkByName("eth-lab"); err != nil {
+		t.Errorf("foreign interface deleted: %v", err)
+	}
+}
+
+func TestListOwned(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testContext(t)
+	a := network(t, "a", "10.1.0.0/16", "10.1.0.1")
+	b := network(t, "b", "fd00:2::/64", "fd00:2::1")
+	e.ensure(t, a, backend.ActionCreated)
+	e.ensure(t, b, backend.ActionCreated)
+	e.addLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-lab"}}, "lab bridge")
+	e.addLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-lab2"}}, "netop:but/not-a-uid/x")
+	e.addLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-lab3"}}, "")
+	e.addNonBridge(t, "other0", "")
+
+	got, err := e.b.ListOwned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(o backend.Owner) string { return string(o.UID) }
+	slices.SortFunc(got, func(x, y backend.Owner) int { return strings.Compare(key(x), key(y)) })
+	want := []backend.Owner{a.Owner, b.Owner}
+	slices.SortFunc(want, func(x, y backend.Owner) int { return strings.Compare(key(x), key(y)) })
+	if !slices.Equal(got, want) {
+		t.Errorf("ListOwned = %v, want %v", got, want)
+	}
+}
+
+// watcher runs the drift watch of e.b in the background.
+type watcher struct {
+	events chan driftEvent
+	errc   chan error
+	cancel context.CancelFunc
+}
+
+func startWatch(t *testing.T, e *testEnv) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	w := &watcher{events: make(chan driftEvent, 1024), errc: make(chan error, 1), cancel: cancel}
+	go func() {
+		w.errc <- e.b.watch(ctx, func(ev driftEvent) {
+			select {
+			case w.events <- ev:
+			default:
+				t.Errorf("event buffer full, dropped %+v", ev)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-w.errc:
+			if err != nil {
+				t.Errorf("watch: %v", err)
+			}
+		case <-time.After(eventTimeout):
+			t.Errorf("watch did not return after cancel")
+		}
+	})
+	return w
+}
+
+// waitFor waits until the watcher reports an event that match accepts,
+// calling poke each time a short poll interval passes without one.
+func (w *watcher) waitFor(t *testing.T, what string, match func(driftEvent) bool, poke func()) driftEvent {
+	t.Helper()
+	deadline := time.After(eventTimeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case ev := <-w.events:
+			if match(ev) {
+				return ev
+			}
+		case <-tick.C:
+			if poke != nil {
+				poke()
+			}
+		case err := <-w.errc:
+			t.Fatalf("watch ended while waiting for %s: %v", what, err)
+		case <-deadline:
+			t.Fatalf("no %s reported within %v", what, eventTimeout)
+		}
+	}
+}
+
+func TestWatchDrift(t *testing.T) {
+	e := newTestEnv(t)
+	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+	other := network(t, "net2", "10.0.0.0/8", "10.0.0.1")
+	e.ensure(t, want, backend.ActionCreated)
+	e.ensure(t, other, backend.ActionCreated)
+	name := BridgeName(want.UID)
+	link, err := e.hand.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, e)
+
+	// The subscription starts asynchronously: flip the bridge down, a
+	// drift of its own, until the watch sees it.
+	w.waitFor(t, "link change", func(ev driftEvent) bool {
+		return ev.Owner == want.Owner && ev.Kind == linkChanged
+	}, func() {
+		if err := e.hand.LinkSetDown(link); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.hand.LinkSetUp(link); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// Foreign links' events are ignored.
+	e.addNonBridge(t, "other0", "")
+	dummy, err := e.hand.LinkByName("other0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, _ := netlink.ParseAddr("172.16.0.1/24")
+	if err := e.hand.AddrAdd(dummy, extra); err != nil {
+		t.Fatal(err)
+	}
+
+	gw, _ := netlink.ParseAddr("192.168.0.1/16")
+	if err := e.hand.AddrDel(link, gw); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor(t, "address removal", func(ev driftEvent) bool {
+		return ev.Owner == want.Owner && ev.Kind == addrDeleted
+	}, nil)
+
+	if err := e.hand.LinkDel(link); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor(t, "bridge deletion", func(ev driftEvent) bool {
+		return ev.Owner == want.Owner && ev.Kind == linkDeleted
+	}, nil)
+
+	// Drain what is left: everything reported is one of ours.
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Owner != want.Owner && ev.Owner != other.Owner {
+				t.Errorf("reported a foreign owner: %+v", ev)
+			}
+			continue
+		default:
+		}
+		break
+	}
+
+	// Ensure repairs what the watch reported.
+	e.ensure(t, want, backend.ActionCreated)
+	e.checkBridge(t, want)
+}
+
+func TestWatchDriftPublic(t *testing.T) {
+	e := newTestEnv(t)
+	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
+	e.ensure(t, want, backend.ActionCreated)
+	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(testContext(t))
+	owners := make(chan backend.Owner, 1024)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.b.WatchDrift(ctx, func(o backend.Owner) {
+			select {
+			case owners <- o:
+			default:
+			}
+		})
+	}()
+
+	deadline := time.After(eventTimeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case o := <-owners:
+			if o != want.Owner {
+				t.Fatalf("reported %+v, want %+v", o, want.Owner)
+			}
+			break wait
+		case <-tick.C:
+			if err := e.hand.LinkSetDown(link); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-errc:
+			t.Fatalf("WatchDrift returned early: %v", err)
+		case <-deadline:
+			t.Fatal("no drift reported")
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("WatchDrift after cancel = %v, want nil", err)
+		}
+	case <-time.After(eventTimeout):
+		t.Fatal("WatchDrift did not return after cancel")
+	}
+}
+
+func TestNetnsLifecycle(t *testing.T) {
+	requireRoot(t)
+	name := "netop-t-" + randomHex(t, 4)
+	t.Cleanup(func() { _ = DeleteNetns(name) })
+	for range 2 {
+		if err := EnsureNetns(name); err != nil {
+			t.Fatalf("EnsureNetns: %v", err)
+		}
+	}
+	if err := checkNetns(name); err != nil {
+		t.Fatal(err)
+	}
+	// The calling goroutine's thread must still be in the original namespace.
+	self, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	created, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer created.Close()
+	if self.Equal(created) {
+		t.Error("EnsureNetns left the thread in the new namespace")
+	}
+	for range 2 {
+		if err := DeleteNetns(name); err != nil {
+			t.Fatalf("DeleteNetns: %v", err)
+		}
+	}
+	if err := checkNetns(name); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after DeleteNetns: %v", err)
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "../etc"} {
+		if EnsureNetns(bad) == nil || DeleteNetns(bad) == nil {
+			t.Errorf("name %q accepted", bad)
+		}
+	}
+}
+
+func TestBridgeName(t *testing.T) {
+	tests := map[types.UID]string{
+		"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0": "netop0f1e2d3c4b",
+		"0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0": "netop0f1e2d3c4b",
+		"01234567-89ab-cdef-0123-456789abcdef": "netop0123456789",
+		"":                                     "netop",
+		"../../x":                              "netop",
+	}
+	for uid, want := range tests {
+		if got := BridgeName(uid); got != want {
+			t.Errorf("BridgeName(%q) = %q, want %q", uid, got, want)
+		}
+		if len(BridgeName(uid)) > ifNameSize {
+			t.Errorf("BridgeName(%q) is longer than IFNAMSIZ", uid)
+		}
+	}
+}
+
+func TestAlias(t *testing.T) {
+	uid := types.UID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+	o := backend.Owner{Namespace: "default", Name: "net1", UID: uid}
+	if got, want := Alias(o), "netop:default/net1/"+string(uid); got != want {
+		t.Errorf("Alias = %q, want %q", got, want)
+	}
+	if got, ok := ParseAlias(Alias(o)); !ok || got != o {
+		t.Errorf("ParseAlias(Alias(%v)) = %v, %v", o, got, ok)
+	}
+
+	long := backend.Owner{Namespace: strings.Repeat("n", 63), Name: strings.Repeat("x", 253), UID: uid}
+	a := Alias(long)
+	if len(a) != maxAliasLen {
+		t.Errorf("long alias has %d bytes, want %d", len(a), maxAliasLen)
+	}
+	got, ok := ParseAlias(a)
+	if !ok || got.UID != uid || got.Namespace != long.Namespace || !strings.HasPrefix(long.Name, got.Name) {
+		t.Errorf("ParseAlias(%q) = %+v, %v", a, got, ok)
+	}
+	huge := backend.Owner{Namespace: strings.Repeat("n", 300), Name: "x", UID: uid}
+	if got, ok := ParseAlias(Alias(huge)); len(Alias(huge)) > maxAliasLen || !ok || got.UID != uid {
+		t.Errorf("alias of huge namespace: %q", Alias(huge))
+	}
+
+	for _, bad := range []string{
+		"", "netop", "netop:", "netop:a/b", "netop:a/b/", "netop:a/b/xyz",
+		"netop:a/b/0123", "other:a/b/" + string(uid), "NETOP:a/b/" + string(uid),
+	} {
+		if o, ok := ParseAlias(bad); ok {
+			t.Errorf("ParseAlias(%q) = %+v, true", bad, o)
+		}
+	}
+}
+
+func TestParseCapEff(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  string
+		want    uint64
+		netAdm  bool
+		wantErr bool
+	}{
+		{name: "root", status: "Name:\tnetop\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n", want: 0x1ffffffffff, netAdm: true},
+		{name: "unprivileged", status: "Name:\tnetop\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n", want: 0},
+		{name: "only NET_ADMIN", status: "CapEff:\t0000000000001000", want: 1 << 12, netAdm: true},
+		{name: "NET_RAW but not NET_ADMIN", status: "CapEff:\t0000000000002000\n", want: 1 << 13},
+		{name: "missing", status: "Name:\tnetop\nCapPrm:\t000001ffffffffff\n", wantErr: true},
+		{name: "garbage", status: "CapEff:\tzzzz\n", wantErr: true},
+		{name: "empty", status: "", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseCapEff(tc.status)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("caps = %#x, want %#x", got, tc.want)
+			}
+			if has := got&(1<<capNetAdmin) != 0; has != tc.netAdm {
+				t.Errorf("CAP_NET_ADMIN = %v, want %v", has, tc.netAdm)
+			}
+		})
+	}
+}
+
+func BenchmarkEnsureCreate(b *testing.B) {
+	e := newTestEnv(b)
+	ctx := testContext(b)
+	want := network(b, "bench", "10.0.0.0/16", "10.0.0.1")
+	for b.Loop() {
+		if _, err := e.b.Ensure(ctx, want, nil); err != nil {
+			b.Fatal(err)
+		}
+		// Not measured: deleting a link waits for RCU grace periods and
+		// would dominate. Without it every iteration would add a bridge
+		// and slow down the next one's address dump.
+		b.StopTimer()
+		if err := e.b.Delete(ctx, want.Owner, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func BenchmarkEnsureNoop(b *testing.B) {
+	e := newTestEnv(b)
+	ctx := testContext(b)
+	want := network(b, "bench", "10.0.0.0/16", "10.0.0.1")
+	if _, err := e.b.Ensure(ctx, want, nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := e.b.Ensure(ctx, want, nil)
+		if err != nil || res.Action != backend.ActionNone {
+			b.Fatalf("Ensure = %v, %v", res.Action, err)
+		}
+	}
+}
+
+func BenchmarkEnsureUpdate(b *testing.B) {
+	e := newTestEnv(b)
+	ctx := testContext(b)
+	want := network(b, "bench", "10.0.0.0/16", "10.0.0.1")
+	gateways := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.1.1")}
+	if _, err := e.b.Ensure(ctx, want, nil); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		want.Gateway = gateways[i%2]
+		res, err := e.b.Ensure(ctx, want, nil)
+		if err != nil || res.Action != backend.ActionUpdated {
+			b.Fatalf("Ensure = %v, %v", res.Action, err)
+		}
+	}
+}
+
+// Example of the alias, for readers of the tests.
+func ExampleAlias() {
+	fmt.Println(Alias(backend.Owner{Namespace: "default", Name: "net1", UID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}))
+	// Output: netop:default/net1/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0
+}

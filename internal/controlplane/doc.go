@@ -1,0 +1,17 @@
+// Package controlplane runs a real Kubernetes control plane inside the
+// calling process: etcd (embedded), kube-apiserver and
+// kube-controller-manager, all on 127.0.0.1.
+//
+// It is what netop-standalone and the tests run on. It keeps its state,
+// certificates, tokens and listening ports in a data directory and reuses
+// them on the next start, so that a kubeconfig written once stays valid and
+// objects survive a restart. Component logs go to files under DIR/logs, never
+// to the terminal.
+//
+// kube-controller-manager is part of it because without it namespaces never
+// finish terminating, ownerReference garbage collection never happens,
+// Deployments make no Pods and no default ServiceAccount exists.
+//
+// Only one control plane can run in a process at a time: both Kubernetes
+// components register process-wide names.
+package controlplane

@@ -1,0 +1,73 @@
+// Package install puts netop's CustomResourceDefinitions into a cluster and
+// waits until the API server serves them, for netop-standalone and the tests.
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/config"
+)
+
+// FieldManager is the name netop's server-side applies are recorded under.
+const FieldManager = "netop"
+
+// CRDs creates or updates netop's CRDs with a server-side apply and waits
+// until each is Established.
+func CRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := config.CRDs()
+	if err != nil {
+		return err
+	}
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("apiextensions client: %w", err)
+	}
+	for _, crd := range crds {
+		crd.APIVersion = apiextensionsv1.SchemeGroupVersion.String()
+		crd.Kind = "CustomResourceDefinition"
+		body, err := json.Marshal(crd)
+		if err != nil {
+			return err
+		}
+		force := true
+		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
+		}
+		if err := waitEstablished(ctx, client, crd.Name); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).V(1).Info("CRD established", "crd", crd.Name)
+	}
+	return nil
+}
+
+func waitEstablished(ctx context.Context, client apiextensionsclient.Interface, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for CRD %s to be established: %w", name, err)
+	}
+	return nil
+}

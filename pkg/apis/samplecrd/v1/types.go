@@ -1,0 +1,150 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=net,categories=netop
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=unapproved, the group of the classic custom-controller tutorial"
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`,description="The address range of the network."
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,description="The gateway address."
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend.type`,priority=1
+// +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.status.backend.interface`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// Network is an IP network that netop creates and keeps in a backend: a Linux
+// bridge carrying the gateway address, or an OpenStack Neutron network with a
+// subnet.
+type Network struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the network the user asks for.
+	// +required
+	Spec NetworkSpec `json:"spec"`
+
+	// status is what netop last made of the spec in the backend.
+	// +optional
+	Status NetworkStatus `json:"status,omitempty"`
+}
+
+// NetworkSpec is the desired network.
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="must be an address inside spec.cidr",fieldPath=".gateway",reason="FieldValueInvalid"
+type NetworkSpec struct {
+	// cidr is the address range of the network in CIDR notation, IPv4 or
+	// IPv6, for example "192.168.0.0/16". A value with host bits set, such
+	// as "192.168.1.0/16", means the network that contains it
+	// ("192.168.0.0/16"); status.cidr shows that canonical form.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be an IP prefix in CIDR notation, such as 192.168.0.0/16"
+	CIDR string `json:"cidr"`
+
+	// gateway is the gateway address of the network, an address of the
+	// same family inside cidr, for example "192.168.0.1". On a Linux bridge
+	// it is the address the bridge carries. When omitted, the first usable
+	// address of cidr is used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address, such as 192.168.0.1"
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// BackendType names the kind of backend that provides a network.
+// +kubebuilder:validation:Enum=linux;neutron
+type BackendType string
+
+const (
+	// BackendLinux is a Linux bridge on the node that runs netop.
+	BackendLinux BackendType = "linux"
+	// BackendNeutron is an OpenStack Neutron network and subnet.
+	BackendNeutron BackendType = "neutron"
+)
+
+// NetworkStatus is the observed state of a Network.
+type NetworkStatus struct {
+	// observedGeneration is the metadata.generation that the status
+	// describes. When it is lower than metadata.generation, netop has not
+	// yet acted on the latest spec.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions describe the network's state. The Ready condition is True
+	// when the backend network matches the spec; its reason is one of
+	// Provisioned, BackendError, Invalid or Deleting.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// cidr is the canonical form of spec.cidr that the backend uses.
+	// +optional
+	CIDR string `json:"cidr,omitempty"`
+
+	// gateway is the gateway address that the backend uses.
+	// +optional
+	Gateway string `json:"gateway,omitempty"`
+
+	// backend identifies the backend network, so that netop finds and
+	// deletes exactly that network again.
+	// +optional
+	Backend *NetworkBackendStatus `json:"backend,omitempty"`
+}
+
+// NetworkBackendStatus records which backend network belongs to a Network.
+type NetworkBackendStatus struct {
+	// type is the backend that provides the network: linux or neutron.
+	// +required
+	Type BackendType `json:"type"`
+
+	// interface is the name of the Linux bridge (linux backend).
+	// +optional
+	Interface string `json:"interface,omitempty"`
+
+	// networkID is the ID of the Neutron network (neutron backend).
+	// +optional
+	NetworkID string `json:"networkID,omitempty"`
+
+	// subnetID is the ID of the Neutron subnet (neutron backend).
+	// +optional
+	SubnetID string `json:"subnetID,omitempty"`
+}
+
+// Condition types and reasons of a Network.
+const (
+	// ConditionReady is True when the backend network matches the spec.
+	ConditionReady = "Ready"
+
+	// ReasonProvisioned: the backend network exists and matches the spec.
+	ReasonProvisioned = "Provisioned"
+	// ReasonBackendError: the backend failed; netop retries with backoff.
+	ReasonBackendError = "BackendError"
+	// ReasonInvalid: the spec cannot be realised; netop waits for a change.
+	ReasonInvalid = "Invalid"
+	// ReasonDeleting: the Network is being deleted and its backend network removed.
+	ReasonDeleting = "Deleting"
+)
+
+// Finalizer keeps a Network until netop has removed its backend network.
+const Finalizer = "samplecrd.k8s.io/network-cleanup"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the Networks.
+	Items []Network `json:"items"`
+}
