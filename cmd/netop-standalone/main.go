@@ -32,6 +32,11 @@ func newCommand() *cobra.Command {
 		verbosity int
 	)
 	opts := operator.NewOptions()
+	// Standalone is for a developer's machine: bridges go into their own
+	// network namespace, so that 192.168.0.0/16 never shadows the host's
+	// routes, and metrics listen on loopback only.
+	opts.Netns = "netop"
+	opts.MetricsAddr = "127.0.0.1:8080"
 	cmd := &cobra.Command{
 		Use:          "netop-standalone [--data-dir DIR]",
 		Short:        "Run an embedded Kubernetes control plane with the netop operator",
@@ -54,6 +59,16 @@ func newCommand() *cobra.Command {
 
 func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts *operator.Options) error {
 	logger := klog.FromContext(ctx)
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	// The backend first: missing privileges should stop us before the
+	// control plane starts, not after.
+	be, closeBackend, err := operator.NewBackend(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dataDir, APIServerPort: port})
 	if err != nil {
 		return err
@@ -67,5 +82,9 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs")
 	fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
-	return operator.Run(ctx, cp.AdminConfig(), opts)
+	op, err := operator.New(ctx, cp.AdminConfig(), opts, be)
+	if err != nil {
+		return err
+	}
+	return op.Run(ctx)
 }

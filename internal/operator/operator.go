@@ -2,24 +2,188 @@ package operator
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controller/network"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/version"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
-// Run runs the operator against the cluster of cfg until ctx is done.
-func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
+// scheme knows the built-in types and ours, for Event references.
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(samplecrdv1.AddToScheme(scheme))
+}
+
+// Operator is netop configured for one cluster, ready to run.
+type Operator struct {
+	opts        *Options
+	factory     informers.SharedInformerFactory
+	controller  *network.Controller
+	metrics     *metrics.Metrics
+	broadcaster record.EventBroadcaster
+	backend     backend.Backend
+	close       func()
+	synced      atomic.Bool
+}
+
+// New configures an operator for the cluster of cfg. be is the backend to
+// use; nil makes the one the options name. Nothing runs until Run.
+func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) (*Operator, error) {
 	if err := o.Validate(); err != nil {
-		return err
+		return nil, err
 	}
+	op := &Operator{opts: o, metrics: metrics.New(), close: func() {}}
+
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	cfg.UserAgent = "netop/" + version.String()
+	cfg.Wrap(op.metrics.CountWrites)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("netop client: %w", err)
+	}
+
+	if be == nil {
+		if be, op.close, err = NewBackend(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	op.backend = backend.Instrument(be, func(operation string, d time.Duration, err error) {
+		op.metrics.ObserveBackend(string(be.Type()), operation, d, err)
+	})
+
+	op.factory = informers.NewSharedInformerFactoryWithOptions(client, o.Resync,
+		informers.WithNamespace(o.Namespace),
+		informers.WithTransform(dropManagedFields))
+	op.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
+	op.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+
+	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
+		network.Options{Workers: o.Workers, Resync: o.Resync})
+	if err != nil {
+		op.close()
+		return nil, err
+	}
+	return op, nil
+}
+
+// NewBackend makes the backend the options name, and the function that
+// releases it.
+func NewBackend(ctx context.Context, o *Options) (backend.Backend, func(), error) {
+	lb, err := linux.New(ctx, linux.Config{Netns: o.Netns})
+	if err != nil {
+		return nil, nil, err
+	}
+	return lb, lb.Close, nil
+}
+
+// dropManagedFields trims what the controller never reads from cached
+// objects: managedFields are often most of an object's size.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Metrics returns the operator's metrics.
+func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
+
+// Run runs the operator until ctx is done, then releases everything.
+func (op *Operator) Run(ctx context.Context) error {
+	defer op.close()
+	defer op.broadcaster.Shutdown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting netop", "version", version.String(), "server", cfg.Host)
-	<-ctx.Done()
+	logger.Info("Starting netop", "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
+
+	if op.opts.MetricsAddr != "0" && op.opts.MetricsAddr != "" {
+		stop, err := op.serveMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	op.factory.Start(ctx.Done())
+	defer op.factory.Shutdown()
+	go func() {
+		for _, ok := range op.factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return
+			}
+		}
+		op.synced.Store(true)
+	}()
+	err := op.controller.Run(ctx)
 	logger.Info("Stopping netop")
-	return nil
+	return err
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz (ready once the caches
+// are synced).
+func (op *Operator) serveMetrics(ctx context.Context) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", op.metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !op.synced.Load() {
+			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	l, err := net.Listen("tcp", op.opts.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server stopped")
+		}
+	}()
+	return func() {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}, nil
+}
+
+// Run configures an operator from the options and runs it until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
+	op, err := New(ctx, cfg, o, nil)
+	if err != nil {
+		return err
+	}
+	return op.Run(ctx)
 }

@@ -1,15 +1,18 @@
 // Package operator wires netop's controllers to a cluster: client
-// configuration, informers and the controllers' options. Both binaries,
+// configuration, informers, the backend, Events and metrics. Both binaries,
 // netop (any cluster) and netop-standalone (embedded control plane), run it,
 // so the operator behaves the same in either.
 package operator
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
 // Options are the operator's settings, each a command-line flag.
@@ -18,13 +21,30 @@ type Options struct {
 	// (5 and 10) would make 2,000 status writes take 400 s.
 	QPS   float32
 	Burst int
+
+	Workers int
+	Resync  time.Duration
+	// Namespace limits the operator to one namespace; "" means all.
+	Namespace string
+
+	Backend string
+	// Netns is the network namespace the linux backend works in; "" is
+	// the host's.
+	Netns string
+
+	// MetricsAddr serves /metrics, /healthz and /readyz; "0" turns it off.
+	MetricsAddr string
 }
 
-// NewOptions returns the defaults.
+// NewOptions returns the defaults for an operator in a cluster.
 func NewOptions() *Options {
 	return &Options{
-		QPS:   100,
-		Burst: 200,
+		QPS:         100,
+		Burst:       200,
+		Workers:     4,
+		Resync:      5 * time.Minute,
+		Backend:     string(samplecrdv1.BackendLinux),
+		MetricsAddr: ":8080",
 	}
 }
 
@@ -32,15 +52,27 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second the operator may send to the API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries the operator may send to the API server above --kube-api-qps.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Networks reconciled at once.")
+	fs.DurationVar(&o.Resync, "resync", o.Resync, "How often the informers resync and the backend is compared with the Networks (orphans swept, missing networks recreated).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Only manage Networks in this namespace (default: all namespaces).")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux.")
+	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	if o.QPS <= 0 {
+	switch {
+	case o.QPS <= 0:
 		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.QPS)
-	}
-	if o.Burst < 1 {
+	case o.Burst < 1:
 		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.Burst)
+	case o.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
+	case o.Resync <= 0:
+		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
+	case o.Backend != string(samplecrdv1.BackendLinux):
+		return fmt.Errorf("--backend %q is not supported; supported: linux", o.Backend)
 	}
 	return nil
 }

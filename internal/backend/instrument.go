@@ -1,0 +1,55 @@
+package backend
+
+import (
+	"context"
+	"time"
+
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// Observer is told of every backend operation: its name (ensure, delete,
+// list), how long it took and its error.
+type Observer func(operation string, d time.Duration, err error)
+
+// Instrument returns a Backend that reports every call of b to observe. The
+// result is a DriftWatcher when b is one.
+func Instrument(b Backend, observe Observer) Backend {
+	i := instrumented{b: b, observe: observe}
+	if w, ok := b.(DriftWatcher); ok {
+		return instrumentedWatcher{instrumented: i, DriftWatcher: w}
+	}
+	return i
+}
+
+type instrumented struct {
+	b       Backend
+	observe Observer
+}
+
+type instrumentedWatcher struct {
+	instrumented
+	DriftWatcher
+}
+
+func (i instrumented) Type() samplecrdv1.BackendType { return i.b.Type() }
+
+func (i instrumented) Ensure(ctx context.Context, want Network, recorded *samplecrdv1.NetworkBackendStatus) (Result, error) {
+	start := time.Now()
+	res, err := i.b.Ensure(ctx, want, recorded)
+	i.observe("ensure", time.Since(start), err)
+	return res, err
+}
+
+func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
+	start := time.Now()
+	err := i.b.Delete(ctx, owner, recorded)
+	i.observe("delete", time.Since(start), err)
+	return err
+}
+
+func (i instrumented) ListOwned(ctx context.Context) ([]Owner, error) {
+	start := time.Now()
+	owners, err := i.b.ListOwned(ctx)
+	i.observe("list", time.Since(start), err)
+	return owners, err
+}

@@ -1,0 +1,482 @@
+package network_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// requireRoot skips where real bridges cannot be made, but never in CI.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI must run the controller tests as root: they make real Linux bridges")
+		}
+		t.Skip("not root: the controller tests make real Linux bridges in a network namespace; run them as root")
+	}
+}
+
+// faultyBackend wraps the real linux backend to inject failures and count
+// what the controller asks of it.
+type faultyBackend struct {
+	*linux.Backend
+	fail      atomic.Pointer[error]
+	ensures   atomic.Int64
+	mutations atomic.Int64
+	lists     atomic.Int64
+}
+
+func (f *faultyBackend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
+	f.ensures.Add(1)
+	if err := f.fail.Load(); err != nil {
+		return backend.Result{}, *err
+	}
+	res, err := f.Backend.Ensure(ctx, want, recorded)
+	if res.Action != backend.ActionNone {
+		f.mutations.Add(1)
+	}
+	return res, err
+}
+
+func (f *faultyBackend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
+	if err := f.fail.Load(); err != nil {
+		return *err
+	}
+	f.mutations.Add(1)
+	return f.Backend.Delete(ctx, owner, recorded)
+}
+
+func (f *faultyBackend) ListOwned(ctx context.Context) ([]backend.Owner, error) {
+	f.lists.Add(1)
+	return f.Backend.ListOwned(ctx)
+}
+
+// harness is one test's namespace, network namespace, backend and operator.
+type harness struct {
+	t       *testing.T
+	env     *testenv.Env
+	ns      string
+	netns   string
+	backend *faultyBackend
+	opts    *operator.Options
+	op      *operator.Operator
+	stopOp  func()
+}
+
+func newHarness(t *testing.T, resync time.Duration) *harness {
+	t.Helper()
+	requireRoot(t)
+	env := testenv.Get(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: "netop-t-" + hex.EncodeToString(b)}
+	t.Cleanup(func() {
+		if err := linux.DeleteNetns(h.netns); err != nil {
+			t.Errorf("deleting netns: %v", err)
+		}
+	})
+	lb, err := linux.New(t.Context(), linux.Config{Netns: h.netns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lb.Close)
+	h.backend = &faultyBackend{Backend: lb}
+	h.opts = operator.NewOptions()
+	h.opts.Namespace = h.ns
+	h.opts.Resync = resync
+	h.opts.MetricsAddr = "0"
+	h.opts.QPS, h.opts.Burst = 500, 1000
+	return h
+}
+
+// start runs the operator until stop or the end of the test.
+func (h *harness) start() {
+	h.t.Helper()
+	_, ctx := ktesting.NewTestContext(h.t)
+	ctx, cancel := context.WithCancel(ctx)
+	op, err := operator.New(ctx, h.env.Config, h.opts, h.backend)
+	if err != nil {
+		cancel()
+		h.t.Fatal(err)
+	}
+	h.op = op
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	var once sync.Once
+	h.stopOp = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("operator: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(h.stopOp)
+}
+
+func (h *harness) create(name, cidr, gateway string) *samplecrdv1.Network {
+	h.t.Helper()
+	n, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Create(context.Background(), &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatalf("creating %s: %v", name, err)
+	}
+	return n
+}
+
+// waitReady waits until the Network's Ready condition has the status and
+// reason, for its current generation, and returns it.
+func (h *harness) waitReady(name string, status metav1.ConditionStatus, reason string) *samplecrdv1.Network {
+	h.t.Helper()
+	var got *samplecrdv1.Network
+	testenv.Eventually(h.t, 15*time.Second, func(ctx context.Context) (bool, string) {
+		n, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = n
+		c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		if c == nil || n.Status.ObservedGeneration != n.Generation {
+			return false, fmt.Sprintf("status %+v, generation %d", n.Status, n.Generation)
+		}
+		return c.Status == status && c.Reason == reason, fmt.Sprintf("Ready=%s reason %s: %s", c.Status, c.Reason, c.Message)
+	})
+	return got
+}
+
+func (h *harness) handle() *netlink.Handle {
+	h.t.Helper()
+	ns, err := netns.GetFromName(h.netns)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	handle, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(handle.Close)
+	return handle
+}
+
+// bridgeAddrs returns the addresses of the named bridge, or ok=false when
+// it does not exist.
+func bridgeAddrs(t *testing.T, handle *netlink.Handle, name string) (addrs []string, up bool, ok bool) {
+	t.Helper()
+	link, err := handle.LinkByName(name)
+	if err != nil {
+		var notFound netlink.LinkNotFoundError
+		if errors.As(err, &notFound) {
+			return nil, false, false
+		}
+		t.Fatal(err)
+	}
+	list, err := handle.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list {
+		if !a.IP.IsLinkLocalUnicast() {
+			addrs = append(addrs, a.IPNet.String())
+		}
+	}
+	return addrs, link.Attrs().Flags&(1<<0) != 0, true
+}
+
+func (h *harness) waitBridge(name string, want ...string) {
+	h.t.Helper()
+	handle := h.handle()
+	testenv.Eventually(h.t, 10*time.Second, func(context.Context) (bool, string) {
+		addrs, up, ok := bridgeAddrs(h.t, handle, name)
+		if len(want) == 0 {
+			return !ok, fmt.Sprintf("bridge %s still exists with %v", name, addrs)
+		}
+		return ok && up && strings.Join(addrs, ",") == strings.Join(want, ","),
+			fmt.Sprintf("bridge %s: exists=%v up=%v addresses %v, want %v", name, ok, up, addrs, want)
+	})
+}
+
+func (h *harness) eventReasons(name string) []string {
+	h.t.Helper()
+	events, err := h.env.Kube.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range events.Items {
+		reasons = append(reasons, e.Type+"/"+e.Reason)
+	}
+	return reasons
+}
+
+func (h *harness) waitEvent(name, typeReason string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, 10*time.Second, func(context.Context) (bool, string) {
+		reasons := h.eventReasons(name)
+		for _, r := range reasons {
+			if r == typeReason {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events of %s: %v, want %s", name, reasons, typeReason)
+	})
+}
+
+// The tutorial: apply 192.168.0.0/16 gateway 192.168.0.1, update to the
+// non-canonical 192.168.1.0/16 gateway 192.168.1.1, delete.
+func TestTutorialWalkthrough(t *testing.T) {
+	h := newHarness(t, time.Minute)
+	h.start()
+
+	h.create("example-network", "192.168.0.0/16", "192.168.0.1")
+	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	if n.Status.Backend == nil || n.Status.Backend.Type != samplecrdv1.BackendLinux || n.Status.Backend.Interface != linux.BridgeName(n.UID) {
+		t.Fatalf("status.backend = %+v", n.Status.Backend)
+	}
+	if n.Status.CIDR != "192.168.0.0/16" || n.Status.Gateway != "192.168.0.1" {
+		t.Fatalf("status cidr/gateway = %s %s", n.Status.CIDR, n.Status.Gateway)
+	}
+	if strings.Join(n.Finalizers, ",") != samplecrdv1.Finalizer {
+		t.Fatalf("finalizers = %v", n.Finalizers)
+	}
+	bridge := n.Status.Backend.Interface
+	h.waitBridge(bridge, "192.168.0.1/16")
+	h.waitEvent("example-network", "Normal/Created")
+
+	n.Spec.CIDR, n.Spec.Gateway = "192.168.1.0/16", "192.168.1.1"
+	if _, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	if n.Status.ObservedGeneration != 2 || n.Status.CIDR != "192.168.0.0/16" || n.Status.Gateway != "192.168.1.1" {
+		t.Fatalf("after update: observedGeneration %d, status cidr %s gateway %s", n.Status.ObservedGeneration, n.Status.CIDR, n.Status.Gateway)
+	}
+	h.waitBridge(bridge, "192.168.1.1/16")
+	h.waitEvent("example-network", "Normal/Updated")
+
+	if err := h.env.Netop.SamplecrdV1().Networks(h.ns).Delete(context.Background(), "example-network", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(ctx, "example-network", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("Network still there: %v", err)
+	})
+	h.waitBridge(bridge)
+	h.waitEvent("example-network", "Normal/Deleted")
+
+	m := h.op.Metrics()
+	if v := testutil.ToFloat64(m.ReconcileTotal.WithLabelValues("network", "success")); v < 3 {
+		t.Errorf("netop_reconcile_total{result=success} = %v, want at least 3", v)
+	}
+	if v := testutil.ToFloat64(m.APIWrites.WithLabelValues("put", "networks/status")); v < 2 {
+		t.Errorf("netop_api_writes_total{verb=put,resource=networks/status} = %v, want at least 2", v)
+	}
+	if n := testutil.CollectAndCount(m.BackendDuration); n == 0 {
+		t.Error("no backend operation durations recorded")
+	}
+}
+
+// A bridge deleted, or stripped of its address, by hand comes back without
+// waiting for a resync.
+func TestDriftRepair(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	h.start()
+	h.create("drift", "10.20.0.0/24", "10.20.0.1")
+	n := h.waitReady("drift", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	bridge := n.Status.Backend.Interface
+	handle := h.handle()
+	h.waitBridge(bridge, "10.20.0.1/24")
+
+	link, err := handle.LinkByName(bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handle.LinkDel(link); err != nil {
+		t.Fatal(err)
+	}
+	h.waitBridge(bridge, "10.20.0.1/24")
+
+	link, err = handle.LinkByName(bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := netlink.ParseAddr("10.20.0.1/24")
+	if err := handle.AddrDel(link, addr); err != nil {
+		t.Fatal(err)
+	}
+	h.waitBridge(bridge, "10.20.0.1/24")
+}
+
+// A Network deleted while netop is down keeps its finalizer, and its bridge
+// is removed when netop comes back.
+func TestDeleteWhileStopped(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	h.start()
+	h.create("gone", "10.30.0.0/24", "10.30.0.1")
+	n := h.waitReady("gone", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	bridge := n.Status.Backend.Interface
+	h.waitBridge(bridge, "10.30.0.1/24")
+	h.stopOp()
+
+	if err := h.env.Netop.SamplecrdV1().Networks(h.ns).Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	still, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(context.Background(), "gone", metav1.GetOptions{})
+	if err != nil || still.DeletionTimestamp == nil {
+		t.Fatalf("while netop is down the Network must wait on its finalizer: %v %v", still, err)
+	}
+	h.waitBridge(bridge, "10.30.0.1/24") // nobody removed it
+
+	h.start()
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(ctx, "gone", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("Network still there: %v", err)
+	})
+	h.waitBridge(bridge)
+}
+
+// A bridge that netop made for a Network that no longer exists is swept at
+// start, and a live Network's bridge is not.
+func TestOrphanSwept(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	orphanUID := types.UID("0badc0de-0000-4000-8000-000000000001")
+	res, err := h.backend.Backend.Ensure(context.Background(), backend.Network{
+		Owner:   backend.Owner{Namespace: h.ns, Name: "never-existed", UID: orphanUID},
+		CIDR:    netip.MustParsePrefix("10.40.0.0/24"),
+		Gateway: netip.MustParseAddr("10.40.0.1"),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitBridge(res.Status.Interface, "10.40.0.1/24")
+
+	h.start()
+	h.create("alive", "10.41.0.0/24", "10.41.0.1")
+	n := h.waitReady("alive", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	h.waitBridge(res.Status.Interface)
+
+	// The live one survives later sweeps too.
+	lists := h.backend.lists.Load()
+	h.opts.Resync = 50 * time.Millisecond
+	h.stopOp()
+	h.start()
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		return h.backend.lists.Load() >= lists+3, "waiting for three sweeps"
+	})
+	h.waitBridge(n.Status.Backend.Interface, "10.41.0.1/24")
+}
+
+// A failing backend shows as Ready=False with reason BackendError and the
+// backend's message, with a Warning Event, and the Network recovers once
+// the backend works again.
+func TestBackendFailureAndRecovery(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	injected := errors.New("injected: netlink said no")
+	h.backend.fail.Store(&injected)
+	h.start()
+	h.create("flaky", "10.50.0.0/24", "10.50.0.1")
+	n := h.waitReady("flaky", metav1.ConditionFalse, samplecrdv1.ReasonBackendError)
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); !strings.Contains(c.Message, "injected: netlink said no") {
+		t.Fatalf("Ready message %q does not say what failed", c.Message)
+	}
+	h.waitEvent("flaky", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonBackendError)
+	failedAttempts := h.backend.ensures.Load()
+
+	h.backend.fail.Store(nil)
+	n = h.waitReady("flaky", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	h.waitBridge(n.Status.Backend.Interface, "10.50.0.1/24")
+	if failedAttempts < 2 {
+		t.Errorf("the backend was tried %d times while failing, want retries", failedAttempts)
+	}
+}
+
+// An invalid spec that the schema lets through (the gateway is the network
+// address) is reported as Invalid, not retried, and makes no bridge.
+func TestInvalidSpec(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	h.start()
+	h.create("invalid", "10.60.0.0/24", "10.60.0.0")
+	n := h.waitReady("invalid", metav1.ConditionFalse, samplecrdv1.ReasonInvalid)
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); !strings.Contains(c.Message, "spec.gateway") {
+		t.Fatalf("message %q does not name spec.gateway", c.Message)
+	}
+	h.waitEvent("invalid", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonInvalid)
+	if got := h.backend.ensures.Load(); got != 0 {
+		t.Fatalf("the backend was called %d times for an invalid spec", got)
+	}
+	if owned, _ := h.backend.ListOwned(context.Background()); len(owned) != 0 {
+		t.Fatalf("bridges made for an invalid spec: %v", owned)
+	}
+}
+
+// Resyncs of Networks that are already right write nothing to the API
+// server and change nothing in the backend: each costs one backend list.
+func TestResyncIsANoop(t *testing.T) {
+	h := newHarness(t, 100*time.Millisecond)
+	h.start()
+	for i := range 5 {
+		h.create(fmt.Sprintf("n%d", i), fmt.Sprintf("10.70.%d.0/24", i), "")
+	}
+	for i := range 5 {
+		h.waitReady(fmt.Sprintf("n%d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	}
+	// Let the writes and netlink echoes of the creation settle.
+	m := h.op.Metrics()
+	writes := func() float64 {
+		var total float64
+		for _, r := range []string{"networks", "networks/status", "events"} {
+			for _, v := range []string{"post", "put", "patch", "delete"} {
+				total += testutil.ToFloat64(m.APIWrites.WithLabelValues(v, r))
+			}
+		}
+		return total
+	}
+	var before float64
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		w := writes()
+		settled := w == before && w > 0
+		before = w
+		return settled, "writes still changing"
+	})
+	mutations, lists := h.backend.mutations.Load(), h.backend.lists.Load()
+
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		return h.backend.lists.Load() >= lists+5, "waiting for five resyncs"
+	})
+	if got := writes() - before; got != 0 {
+		t.Errorf("%v API writes during idle resyncs, want 0", got)
+	}
+	if got := h.backend.mutations.Load() - mutations; got != 0 {
+		t.Errorf("%d backend mutations during idle resyncs, want 0", got)
+	}
+}

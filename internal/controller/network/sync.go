@@ -1,0 +1,172 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/netspec"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// sync reconciles one Network, named by its namespace/name key: desired
+// state from the Network, actual state from the backend, and the difference
+// applied. It returns an error only for what a retry can fix.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key we made; retrying cannot help
+	}
+	logger := klog.FromContext(ctx).WithValues("network", klog.KRef(namespace, name))
+	ctx = klog.NewContext(ctx, logger)
+
+	cached, err := c.lister.Networks(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		// Gone: the finalizer made sure its backend network went first.
+		// Anything left over is the sweeper's.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The cache's object is shared; never change it.
+	n := cached.DeepCopy()
+
+	if n.DeletionTimestamp != nil {
+		return c.finalize(ctx, n)
+	}
+	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+		// The admission webhook adds it at creation; this covers Networks
+		// made while it was not there.
+		if n, err = c.patchFinalizers(ctx, n, append(slices.Clone(n.Finalizers), samplecrdv1.Finalizer)); err != nil {
+			return err
+		}
+	}
+
+	resolved, errs := netspec.Resolve(n.Spec)
+	if len(errs) > 0 {
+		msg := errs.ToAggregate().Error()
+		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Invalid spec: %s", msg)
+		// Not retried: only a new spec can fix it, and that is a new event.
+		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInvalid, msg, n.Status.Backend)
+	}
+
+	want := backend.Network{
+		Owner:   backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID},
+		CIDR:    resolved.Prefix,
+		Gateway: resolved.Gateway,
+	}
+	res, err := c.backend.Ensure(ctx, want, n.Status.Backend)
+	if err != nil {
+		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Backend %s failed: %v", c.backend.Type(), err)
+		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonBackendError, err.Error(), n.Status.Backend); statusErr != nil {
+			logger.Error(statusErr, "Could not record the backend error in status")
+		}
+		return fmt.Errorf("ensuring backend network: %w", err)
+	}
+	switch res.Action {
+	case backend.ActionCreated:
+		c.eventf(n, corev1.EventTypeNormal, "Created", "Created %s network %s for %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+	case backend.ActionUpdated:
+		c.eventf(n, corev1.EventTypeNormal, "Updated", "Updated %s network %s to %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+	}
+	if res.Action != backend.ActionNone {
+		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
+	}
+	n.Status.CIDR = resolved.Prefix.String()
+	n.Status.Gateway = resolved.Gateway.String()
+	msg := fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+	return c.updateStatus(ctx, cached, n, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, msg, &res.Status)
+}
+
+// finalize removes the backend network of a Network that is being deleted,
+// then its finalizer, so that the Network goes only after its network did.
+func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error {
+	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+		return nil
+	}
+	owner := backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID}
+	if err := c.backend.Delete(ctx, owner, n.Status.Backend); err != nil {
+		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Deleting the backend network failed: %v", err)
+		cached := n.DeepCopy()
+		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonDeleting,
+			"deleting the backend network failed, retrying: "+err.Error(), n.Status.Backend); statusErr != nil && !apierrors.IsNotFound(statusErr) {
+			klog.FromContext(ctx).Error(statusErr, "Could not record the deletion error in status")
+		}
+		return fmt.Errorf("deleting backend network: %w", err)
+	}
+	c.eventf(n, corev1.EventTypeNormal, "Deleted", "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
+	klog.FromContext(ctx).Info("Backend network deleted")
+	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrdv1.Finalizer }))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// patchFinalizers sets metadata.finalizers with a merge patch that carries
+// the resourceVersion it was computed from: a stale cache gets a conflict
+// and a retry instead of overwriting another writer's finalizers.
+func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv1.Network, finalizers []string) (*samplecrdv1.Network, error) {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers":      finalizers,
+		"resourceVersion": n.ResourceVersion,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	patched, err := c.client.SamplecrdV1().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patching finalizers: %w", err)
+	}
+	return patched, nil
+}
+
+// updateStatus sets the Ready condition, observedGeneration and the backend
+// IDs on n and writes the status, unless it equals what cached already has:
+// a Network that is already right costs no write.
+func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Network, ready metav1.ConditionStatus,
+	reason, message string, backendStatus *samplecrdv1.NetworkBackendStatus) error {
+	n.Status.ObservedGeneration = n.Generation
+	n.Status.Backend = backendStatus
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+		Type:               samplecrdv1.ConditionReady,
+		Status:             ready,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: n.Generation,
+	})
+	if equality.Semantic.DeepEqual(cached.Status, n.Status) {
+		return nil
+	}
+	_, err := c.client.SamplecrdV1().Networks(n.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	return nil
+}
+
+func backendName(s *samplecrdv1.NetworkBackendStatus) string {
+	switch {
+	case s == nil:
+		return "(unknown)"
+	case s.Interface != "":
+		return s.Interface
+	default:
+		return s.NetworkID
+	}
+}

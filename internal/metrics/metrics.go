@@ -1,0 +1,176 @@
+// Package metrics holds the operator's Prometheus metrics: the workqueue
+// (through client-go's MetricsProvider hook), reconciles, backend
+// operations and API writes. Each operator gets its own registry, so that
+// several can run in one process (the tests do).
+package metrics
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/util/workqueue"
+)
+
+const namespace = "netop"
+
+// Metrics are one operator's metrics.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	ReconcileTotal    *prometheus.CounterVec
+	ReconcileDuration *prometheus.HistogramVec
+	BackendDuration   *prometheus.HistogramVec
+	APIWrites         *prometheus.CounterVec
+
+	queueDepth          *prometheus.GaugeVec
+	queueAdds           *prometheus.CounterVec
+	queueLatency        *prometheus.HistogramVec
+	queueWorkDuration   *prometheus.HistogramVec
+	queueUnfinished     *prometheus.GaugeVec
+	queueLongestRunning *prometheus.GaugeVec
+	queueRetries        *prometheus.CounterVec
+}
+
+// New makes the metrics and registers them, with the Go and process
+// collectors, on a new registry.
+func New() *Metrics {
+	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		ReconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "reconcile_total",
+			Help: "Reconciles by controller and result (success, error, requeue).",
+		}, []string{"controller", "result"}),
+		ReconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "reconcile_duration_seconds",
+			Help: "Time one reconcile took.", Buckets: buckets,
+		}, []string{"controller"}),
+		BackendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "backend_operation_duration_seconds",
+			Help: "Time backend operations took, by backend, operation and result.", Buckets: buckets,
+		}, []string{"backend", "operation", "result"}),
+		APIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_writes_total",
+			Help: "Requests that change state sent to the API server, by verb and resource.",
+		}, []string{"verb", "resource"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
+		}, []string{"name"}),
+		queueAdds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "adds_total", Help: "Adds handled by the workqueue.",
+		}, []string{"name"}),
+		queueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "queue_duration_seconds",
+			Help: "How long an item waits in the workqueue before it is processed.", Buckets: buckets,
+		}, []string{"name"}),
+		queueWorkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "work_duration_seconds",
+			Help: "How long processing an item takes.", Buckets: buckets,
+		}, []string{"name"}),
+		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "unfinished_work_seconds",
+			Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"name"}),
+		queueLongestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+			Help: "Seconds the longest running worker has been processing its item.",
+		}, []string{"name"}),
+		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "retries_total", Help: "Retries handled by the workqueue.",
+		}, []string{"name"}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.APIWrites,
+		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
+		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
+	)
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// ObserveBackend records one backend operation.
+func (m *Metrics) ObserveBackend(backend, operation string, d time.Duration, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.BackendDuration.WithLabelValues(backend, operation, result).Observe(d.Seconds())
+}
+
+// CountWrites wraps an API client transport so that every request that
+// changes state is counted by verb and resource.
+func (m *Metrics) CountWrites(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			m.APIWrites.WithLabelValues(strings.ToLower(req.Method), resourceOf(req.URL.Path)).Inc()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// resourceOf extracts "resource" or "resource/subresource" from an API path
+// such as /apis/GROUP/VERSION/namespaces/NS/RESOURCE/NAME/SUBRESOURCE.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "other"
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "other"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+// WorkqueueProvider returns client-go's hook for workqueue metrics.
+func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider { return workqueueProvider{m} }
+
+type workqueueProvider struct{ m *Metrics }
+
+func (p workqueueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.m.queueDepth.WithLabelValues(name)
+}
+func (p workqueueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.queueAdds.WithLabelValues(name)
+}
+func (p workqueueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueLatency.WithLabelValues(name)
+}
+func (p workqueueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueWorkDuration.WithLabelValues(name)
+}
+func (p workqueueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueUnfinished.WithLabelValues(name)
+}
+func (p workqueueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueLongestRunning.WithLabelValues(name)
+}
+func (p workqueueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.queueRetries.WithLabelValues(name)
+}

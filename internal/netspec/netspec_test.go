@@ -1,0 +1,61 @@
+package netspec
+
+import (
+	"strings"
+	"testing"
+
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+func TestResolve(t *testing.T) {
+	for _, tc := range []struct {
+		cidr, gateway           string
+		prefix, gw, errContains string
+		canonical               bool
+	}{
+		{cidr: "192.168.0.0/16", gateway: "192.168.0.1", prefix: "192.168.0.0/16", gw: "192.168.0.1", canonical: true},
+		{cidr: "192.168.1.0/16", gateway: "192.168.1.1", prefix: "192.168.0.0/16", gw: "192.168.1.1"},
+		{cidr: "10.0.0.0/8", prefix: "10.0.0.0/8", gw: "10.0.0.1", canonical: true},
+		{cidr: "10.0.0.4/31", prefix: "10.0.0.4/31", gw: "10.0.0.4", canonical: true},
+		{cidr: "fd00::/64", gateway: "fd00::1", prefix: "fd00::/64", gw: "fd00::1", canonical: true},
+		{cidr: "fd00::/64", prefix: "fd00::/64", gw: "fd00::1", canonical: true},
+		{cidr: "", errContains: "spec.cidr: Required value"},
+		{cidr: "10.0.0.0", errContains: "spec.cidr: Invalid value"},
+		{cidr: "10.0.0.0/33", errContains: "spec.cidr: Invalid value"},
+		{cidr: "::ffff:10.0.0.0/104", errContains: "IPv4-mapped"},
+		{cidr: "10.0.0.0/8", gateway: "nope", errContains: "spec.gateway: Invalid value: \"nope\": must be an IP address"},
+		{cidr: "10.0.0.0/8", gateway: "fe80::1%eth0", errContains: "spec.gateway: Invalid value"},
+		{cidr: "10.0.0.0/8", gateway: "fd00::1", errContains: "same IP family"},
+		{cidr: "10.0.0.0/8", gateway: "11.0.0.1", errContains: "inside spec.cidr 10.0.0.0/8"},
+		{cidr: "10.0.0.0/8", gateway: "10.0.0.0", errContains: "network address"},
+		{cidr: "10.0.0.0/8", gateway: "10.255.255.255", errContains: "broadcast address"},
+		{cidr: "fd00::/64", gateway: "fd00::", errContains: "network address"},
+	} {
+		r, errs := Resolve(samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway})
+		if tc.errContains != "" {
+			if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.errContains) {
+				t.Errorf("Resolve(%q, %q) = %v, want error containing %q", tc.cidr, tc.gateway, errs, tc.errContains)
+			}
+			continue
+		}
+		if len(errs) > 0 {
+			t.Errorf("Resolve(%q, %q): %v", tc.cidr, tc.gateway, errs)
+			continue
+		}
+		if r.Prefix.String() != tc.prefix || r.Gateway.String() != tc.gw || r.Canonical != tc.canonical {
+			t.Errorf("Resolve(%q, %q) = %s %s canonical=%v, want %s %s %v", tc.cidr, tc.gateway, r.Prefix, r.Gateway, r.Canonical, tc.prefix, tc.gw, tc.canonical)
+		}
+	}
+}
+
+func FuzzResolve(f *testing.F) {
+	for _, s := range [][2]string{{"192.168.0.0/16", "192.168.0.1"}, {"fd00::/64", ""}, {"10.0.0.0/8", "10.255.255.255"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, cidr, gateway string) {
+		r, errs := Resolve(samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway})
+		if len(errs) == 0 && (!r.Prefix.Contains(r.Gateway) || r.Prefix != r.Prefix.Masked()) {
+			t.Fatalf("Resolve(%q, %q) accepted %s %s", cidr, gateway, r.Prefix, r.Gateway)
+		}
+	})
+}
