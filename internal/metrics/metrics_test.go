@@ -11,7 +11,7 @@ func TestResourceOf(t *testing.T) {
 		"/api/v1/namespaces/ns":                                     "namespaces",
 		"/api/v1/namespaces":                                        "namespaces",
 		"/apis/apps/v1/namespaces/ns/deployments/d/scale":           "deployments/scale",
-		"/healthz":                                                  "other",
+		"/healthz": "other",
 	} {
 		if got := resourceOf(path); got != want {
 			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)

@@ -231,4 +231,3 @@ func (c *Controller) enqueueAll() {
 func (c *Controller) eventf(n *samplecrdv1.Network, eventType, reason, format string, args ...any) {
 	c.recorder.Eventf(n, eventType, reason, format, args...)
 }
-
