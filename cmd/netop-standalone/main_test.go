@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -40,8 +42,16 @@ type standalone struct {
 // that gives the kubeconfig.
 func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
+	testenv.RequireRoot(t)
+	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns netop-t-restart --metrics-addr 0")
+}
+
+// startStandaloneWith runs netop-standalone with args and waits for the line
+// that gives the kubeconfig.
+func startStandaloneWith(t *testing.T, args string) *standalone {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "NETOP_STANDALONE_TEST_MAIN=1", "NETOP_STANDALONE_TEST_ARGS=--data-dir "+dataDir)
+	cmd.Env = append(os.Environ(), "NETOP_STANDALONE_TEST_MAIN=1", "NETOP_STANDALONE_TEST_ARGS="+args)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +124,7 @@ func client(t *testing.T, kubeconfig string) versioned.Interface {
 // written by the first start still works.
 func TestRestartKeepsObjectsAndKubeconfig(t *testing.T) {
 	dataDir := t.TempDir()
+	t.Cleanup(func() { _ = linux.DeleteNetns("netop-t-restart") })
 	first := startStandalone(t, dataDir)
 	if want := filepath.Join(dataDir, "kubeconfig"); first.kubeconfig != want {
 		t.Fatalf("KUBECONFIG=%s, want %s", first.kubeconfig, want)

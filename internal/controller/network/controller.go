@@ -134,6 +134,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	logger.Info("Waiting for informer caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return errors.New("informer cache did not sync")
 	}
 	logger.Info("Starting workers", "workers", c.opts.Workers, "backend", c.backend.Type(), "resync", c.opts.Resync)

@@ -33,17 +33,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// requireRoot skips where real bridges cannot be made, but never in CI.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI must run the controller tests as root: they make real Linux bridges")
-		}
-		t.Skip("not root: the controller tests make real Linux bridges in a network namespace; run them as root")
-	}
-}
-
 // faultyBackend wraps the real linux backend to inject failures and count
 // what the controller asks of it.
 type faultyBackend struct {
@@ -93,7 +82,7 @@ type harness struct {
 
 func newHarness(t *testing.T, resync time.Duration) *harness {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	env := testenv.Get(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// kill ends the process at once, as a crash or the OOM killer would.
+func (s *standalone) kill(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Wait()
+}
+
+// SIGKILL in the middle of creating and of deleting many Networks, then a
+// restart on the same data directory: the bridges end up exactly the
+// Networks that exist, none leaked and none missing.
+func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
+	testenv.RequireRoot(t)
+	const networks = 60
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	netns := "netop-k-" + hex.EncodeToString(b)
+	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
+	dataDir := t.TempDir()
+	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0"
+
+	sa := startStandaloneWith(t, args)
+	nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+
+	// Create in parallel and kill while that goes on.
+	var wg sync.WaitGroup
+	var created sync.Map
+	for i := range networks {
+		wg.Go(func() {
+			name := fmt.Sprintf("n%03d", i)
+			_, err := nets.Create(context.Background(), &samplecrdv1.Network{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250)},
+			}, metav1.CreateOptions{})
+			if err == nil {
+				created.Store(name, true)
+			}
+		})
+	}
+	waitReadyCount(t, nets, networks/3)
+	sa.kill(t)
+	wg.Wait()
+	t.Logf("killed during creation; %d creates went through", count(&created))
+
+	sa = startStandaloneWith(t, args)
+	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+	converged(t, nets, netns)
+
+	// Delete half and kill while the finalizers are being processed.
+	list, err := nets.List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range list.Items {
+		if i%2 == 0 {
+			wg.Go(func() { _ = nets.Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+		}
+	}
+	wg.Wait()
+	sa.kill(t)
+	t.Logf("killed during deletion of %d Networks", (len(list.Items)+1)/2)
+
+	sa = startStandaloneWith(t, args)
+	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+	converged(t, nets, netns)
+	sa.stop(t)
+}
+
+func count(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+type networkLister interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*samplecrdv1.NetworkList, error)
+}
+
+func waitReadyCount(t *testing.T, nets networkLister, want int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range list.Items {
+			if n.Status.Backend != nil {
+				ready++
+			}
+		}
+		return ready >= want, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %d Networks provisioned within 60s", want)
+	}
+}
+
+// converged waits until every Network is Ready and no deleting one is left,
+// then checks that the bridges are exactly those of the Networks.
+func converged(t *testing.T, nets networkLister, netns string) {
+	t.Helper()
+	lb, err := linux.New(context.Background(), linux.Config{Netns: netns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+	var want, got []string
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		want = want[:0]
+		for _, n := range list.Items {
+			if n.DeletionTimestamp != nil || n.Status.Backend == nil || n.Status.ObservedGeneration != n.Generation {
+				return false, nil
+			}
+			want = append(want, string(n.UID))
+		}
+		owned, err := lb.ListOwned(ctx)
+		if err != nil {
+			return false, err
+		}
+		got = got[:0]
+		for _, o := range owned {
+			got = append(got, string(o.UID))
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		return slices.Equal(want, got), nil
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("bridges never matched the Networks: %d Networks %v, %d bridges %v", len(want), short(want), len(got), short(got))
+	}
+	t.Logf("converged: %d Networks, %d bridges, none leaked or missing", len(want), len(got))
+}
+
+func short(uids []string) string {
+	var s []string
+	for _, u := range uids {
+		s = append(s, u[:8])
+	}
+	return strings.Join(s, " ")
+}
