@@ -43,7 +43,9 @@ type standalone struct {
 func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
 	testenv.RequireRoot(t)
-	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns netop-t-restart --metrics-addr 0")
+	netns := "netop-r-" + filepath.Base(dataDir)[:6]
+	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
+	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0")
 }
 
 // startStandaloneWith runs netop-standalone with args and waits for the line
@@ -124,7 +126,6 @@ func client(t *testing.T, kubeconfig string) versioned.Interface {
 // written by the first start still works.
 func TestRestartKeepsObjectsAndKubeconfig(t *testing.T) {
 	dataDir := t.TempDir()
-	t.Cleanup(func() { _ = linux.DeleteNetns("netop-t-restart") })
 	first := startStandalone(t, dataDir)
 	if want := filepath.Join(dataDir, "kubeconfig"); first.kubeconfig != want {
 		t.Fatalf("KUBECONFIG=%s, want %s", first.kubeconfig, want)
