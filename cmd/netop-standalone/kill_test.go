@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,9 +32,7 @@ func (s *standalone) kill(t *testing.T) {
 func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 	testenv.RequireRoot(t)
 	const networks = 60
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	netns := "netop-k-" + hex.EncodeToString(b)
+	netns := testenv.NetnsName("netop-k-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	dataDir := t.TempDir()
 	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0"

@@ -43,7 +43,7 @@ type standalone struct {
 func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
 	testenv.RequireRoot(t)
-	netns := "netop-r-" + filepath.Base(dataDir)[:6]
+	netns := testenv.NetnsName("netop-r-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0")
 }

@@ -9,6 +9,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -130,4 +132,12 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("CI must run this test as root: it makes real Linux bridges in a network namespace")
 	}
 	t.Skip("not root: this test makes real Linux bridges in a network namespace; run it as root")
+}
+
+// NetnsName returns a network namespace name unique to this run, for a
+// test's throwaway namespace.
+func NetnsName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }

@@ -2,8 +2,6 @@ package network_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -84,9 +82,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 	t.Helper()
 	testenv.RequireRoot(t)
 	env := testenv.Get(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: "netop-t-" + hex.EncodeToString(b)}
+	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: testenv.NetnsName("netop-t-")}
 	t.Cleanup(func() {
 		if err := linux.DeleteNetns(h.netns); err != nil {
 			t.Errorf("deleting netns: %v", err)
