@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/nettest"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -30,9 +30,9 @@ func (s *standalone) kill(t *testing.T) {
 // restart on the same data directory: the bridges end up exactly the
 // Networks that exist, none leaked and none missing.
 func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
-	testenv.RequireRoot(t)
+	nettest.RequireRoot(t)
 	const networks = 60
-	netns := testenv.NetnsName("netop-k-")
+	netns := nettest.NetnsName("netop-k-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	dataDir := t.TempDir()
 	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0"

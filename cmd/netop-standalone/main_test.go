@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/nettest"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -42,8 +42,8 @@ type standalone struct {
 // that gives the kubeconfig.
 func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
-	testenv.RequireRoot(t)
-	netns := testenv.NetnsName("netop-r-")
+	nettest.RequireRoot(t)
+	netns := nettest.NetnsName("netop-r-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0")
 }

@@ -9,8 +9,6 @@ package testenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -119,25 +117,4 @@ func Eventually(t testing.TB, timeout time.Duration, cond func(ctx context.Conte
 	if err != nil {
 		t.Fatalf("condition not met within %v: %s", timeout, last)
 	}
-}
-
-// RequireRoot skips a test that makes real kernel network objects when not
-// root, except in CI (CI=true), where skipping would hide the feature.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("CI must run this test as root: it makes real Linux bridges in a network namespace")
-	}
-	t.Skip("not root: this test makes real Linux bridges in a network namespace; run it as root")
-}
-
-// NetnsName returns a network namespace name unique to this run, for a
-// test's throwaway namespace.
-func NetnsName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
 }

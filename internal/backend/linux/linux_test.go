@@ -24,23 +24,13 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/nettest"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
 // eventTimeout bounds waits for netlink notifications, which normally
 // arrive within milliseconds.
 const eventTimeout = 10 * time.Second
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("CI must run as root: the linux backend tests need real netlink in throwaway network namespaces")
-	}
-	t.Skip("skipping: needs root to create network namespaces and bridges (run `sudo -E go test ./internal/backend/linux/`)")
-}
 
 // testEnv is a backend in a throwaway network namespace, with a separate
 // handle for making changes "by hand".
@@ -52,8 +42,8 @@ type testEnv struct {
 
 func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
-	requireRoot(t)
-	name := "netop-t-" + randomHex(t, 4)
+	nettest.RequireRoot(t)
+	name := nettest.NetnsName("netop-t-")
 	if err := EnsureNetns(name); err != nil {
 		t.Fatalf("EnsureNetns: %v", err)
 	}
@@ -726,8 +716,8 @@ wait:
 }
 
 func TestNetnsLifecycle(t *testing.T) {
-	requireRoot(t)
-	name := "netop-t-" + randomHex(t, 4)
+	nettest.RequireRoot(t)
+	name := nettest.NetnsName("netop-t-")
 	t.Cleanup(func() { _ = DeleteNetns(name) })
 	for range 2 {
 		if err := EnsureNetns(name); err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -80,9 +81,9 @@ type harness struct {
 
 func newHarness(t *testing.T, resync time.Duration) *harness {
 	t.Helper()
-	testenv.RequireRoot(t)
+	nettest.RequireRoot(t)
 	env := testenv.Get(t)
-	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: testenv.NetnsName("netop-t-")}
+	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: nettest.NetnsName("netop-t-")}
 	t.Cleanup(func() {
 		if err := linux.DeleteNetns(h.netns); err != nil {
 			t.Errorf("deleting netns: %v", err)
