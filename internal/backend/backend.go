@@ -33,6 +33,18 @@ type Network struct {
 	Gateway netip.Addr
 }
 
+// Observed is one backend network that netop made, as the backend sees it.
+type Observed struct {
+	Owner
+	// Status identifies it, as status.backend records it.
+	Status samplecrdv1.NetworkBackendStatus
+	// CIDR and Gateway are what it provides now. Both are zero when it is
+	// incomplete or ambiguous (a bridge with no or several addresses, a
+	// Neutron network without its subnet): it then differs from any spec.
+	CIDR    netip.Prefix
+	Gateway netip.Addr
+}
+
 // Action says what Ensure had to do.
 type Action string
 
@@ -70,8 +82,10 @@ type Backend interface {
 	// already gone is not an error.
 	Delete(ctx context.Context, owner Owner, recorded *samplecrdv1.NetworkBackendStatus) error
 
-	// ListOwned lists the owners of every backend network that netop made.
-	ListOwned(ctx context.Context) ([]Owner, error)
+	// ListOwned lists every backend network that netop made, with what it
+	// provides now, in one pass: the resync diffs it against the Networks
+	// in memory instead of asking the backend once per Network.
+	ListOwned(ctx context.Context) ([]Observed, error)
 }
 
 // DriftWatcher is implemented by backends that can see changes made behind

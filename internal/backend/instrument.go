@@ -47,7 +47,7 @@ func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *samplec
 	return err
 }
 
-func (i instrumented) ListOwned(ctx context.Context) ([]Owner, error) {
+func (i instrumented) ListOwned(ctx context.Context) ([]Observed, error) {
 	start := time.Now()
 	owners, err := i.b.ListOwned(ctx)
 	i.observe("list", time.Since(start), err)

@@ -335,7 +335,7 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 }
 
 // ListOwned lists the owners of all links that carry a netop alias.
-func (b *Backend) ListOwned(ctx context.Context) ([]backend.Owner, error) {
+func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -352,13 +352,43 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Owner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
-	var owners []backend.Owner
-	for _, l := range links {
-		if o, ok := ParseAlias(l.Attrs().Alias); ok {
-			owners = append(owners, o)
+	// One address dump for all bridges, not one per bridge.
+	var addrs []netlink.Addr
+	for range dumpRetries {
+		addrs, err = b.nl.AddrList(nil, netlink.FAMILY_ALL)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
 		}
 	}
-	return owners, nil
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	byLink := make(map[int][]netlink.Addr)
+	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		byLink[a.LinkIndex] = append(byLink[a.LinkIndex], a)
+	}
+	var observed []backend.Observed
+	for _, l := range links {
+		o, ok := ParseAlias(l.Attrs().Alias)
+		if !ok {
+			continue
+		}
+		obs := backend.Observed{Owner: o, Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: l.Attrs().Name}}
+		// A bridge that is down or carries other than exactly one address
+		// is left zero, so that it differs from every spec and is repaired.
+		if own := byLink[l.Attrs().Index]; len(own) == 1 && l.Attrs().Flags&net.FlagUp != 0 {
+			if gw, ok := netip.AddrFromSlice(own[0].IP); ok {
+				ones, _ := own[0].Mask.Size()
+				obs.Gateway = gw.Unmap()
+				obs.CIDR = netip.PrefixFrom(obs.Gateway, ones).Masked()
+			}
+		}
+		observed = append(observed, obs)
+	}
+	return observed, nil
 }
 
 func validNetwork(n backend.Network) error {

@@ -523,12 +523,36 @@ func TestListOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := func(o backend.Owner) string { return string(o.UID) }
-	slices.SortFunc(got, func(x, y backend.Owner) int { return strings.Compare(key(x), key(y)) })
-	want := []backend.Owner{a.Owner, b.Owner}
-	slices.SortFunc(want, func(x, y backend.Owner) int { return strings.Compare(key(x), key(y)) })
+	observed := func(n backend.Network) backend.Observed {
+		return backend.Observed{Owner: n.Owner, CIDR: n.CIDR, Gateway: n.Gateway,
+			Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(n.UID)}}
+	}
+	key := func(o backend.Observed) string { return string(o.UID) }
+	slices.SortFunc(got, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
+	want := []backend.Observed{observed(a), observed(b)}
+	slices.SortFunc(want, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
 	if !slices.Equal(got, want) {
-		t.Errorf("ListOwned = %v, want %v", got, want)
+		t.Errorf("ListOwned = %+v, want %+v", got, want)
+	}
+
+	// A bridge whose address was removed by hand is listed as incomplete,
+	// so that the resync repairs it.
+	link, err := e.hand.LinkByName(BridgeName(a.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := netlink.ParseAddr("10.1.0.1/16")
+	if err := e.hand.AddrDel(link, addr); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.b.ListOwned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range got {
+		if o.UID == a.UID && (o.CIDR.IsValid() || o.Gateway.IsValid()) {
+			t.Errorf("bridge without address listed as %s gateway %s", o.CIDR, o.Gateway)
+		}
 	}
 }
 

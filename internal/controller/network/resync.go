@@ -6,16 +6,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/netspec"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
-// resync lists the backend once and compares it with the cache: backend
-// networks that no Network claims are deleted (the garbage collector the
-// tutorials mention), and Networks whose backend network is missing are
-// reconciled. When nothing changed it costs one backend list and no API
-// request.
+// resync lists the backend once and diffs it against the cache in memory:
+// backend networks that no Network claims are deleted (the garbage
+// collector the tutorials mention), and Networks whose backend network is
+// missing or differs from the spec are reconciled. When nothing changed it
+// costs one backend list and no API request.
 func (c *Controller) resync(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	owned, err := c.backend.ListOwned(ctx)
@@ -23,29 +26,42 @@ func (c *Controller) resync(ctx context.Context) {
 		logger.Error(err, "Listing backend networks failed; orphans are swept at the next resync")
 		return
 	}
-	present := make(map[types.UID]bool, len(owned))
+	observed := make(map[types.UID]backend.Observed, len(owned))
 	for _, o := range owned {
-		present[o.UID] = true
+		observed[o.UID] = o
 		if _, claimed := c.keyForUID(o.UID); claimed {
 			continue
 		}
-		if c.liveNetworkExists(ctx, o) {
+		if c.liveNetworkExists(ctx, o.Owner) {
 			continue
 		}
 		logger.Info("Deleting orphaned backend network", "owner", klog.KRef(o.Namespace, o.Name), "uid", o.UID)
-		if err := c.backend.Delete(ctx, o, nil); err != nil {
+		if err := c.backend.Delete(ctx, o.Owner, &o.Status); err != nil {
 			logger.Error(err, "Deleting orphaned backend network failed", "uid", o.UID)
 		}
 	}
 	for _, obj := range c.indexer.List() {
-		n, ok := obj.(interface{ GetUID() types.UID })
-		if !ok || present[n.GetUID()] {
+		n, ok := obj.(*samplecrdv1.Network)
+		if !ok || n.DeletionTimestamp != nil || inSync(n, observed) {
 			continue
 		}
-		if key, ok := c.keyForUID(n.GetUID()); ok {
+		if key, err := cache.MetaNamespaceKeyFunc(n); err == nil {
 			c.queue.Add(key)
 		}
 	}
+}
+
+// inSync reports whether the backend network of n is what its spec and
+// status say. An invalid spec is in sync: nothing can be done until it
+// changes.
+func inSync(n *samplecrdv1.Network, observed map[types.UID]backend.Observed) bool {
+	resolved, errs := netspec.Resolve(n.Spec)
+	if len(errs) > 0 {
+		return true
+	}
+	o, ok := observed[n.UID]
+	return ok && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway &&
+		n.Status.Backend != nil && *n.Status.Backend == o.Status
 }
 
 // liveNetworkExists asks the API server whether the owner still exists, for
