@@ -35,7 +35,7 @@ func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 	netns := nettest.NetnsName("netop-k-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	dataDir := t.TempDir()
-	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0"
+	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0 --webhook-addr 127.0.0.1:0"
 
 	sa := startStandaloneWith(t, args)
 	nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")

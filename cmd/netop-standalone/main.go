@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -37,6 +38,8 @@ func newCommand() *cobra.Command {
 	// routes, and metrics listen on loopback only.
 	opts.Netns = "netop"
 	opts.MetricsAddr = "127.0.0.1:8080"
+	opts.WebhookAddr = "127.0.0.1:9443"
+	opts.WebhookLocal = true
 	cmd := &cobra.Command{
 		Use:          "netop-standalone [--data-dir DIR]",
 		Short:        "Run an embedded Kubernetes control plane with the netop operator",
@@ -79,6 +82,12 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 	}()
 	if err := install.CRDs(ctx, cp.AdminConfig()); err != nil {
 		return err
+	}
+	if err := install.Namespace(ctx, cp.AdminConfig(), opts.OperatorNamespace); err != nil {
+		return err
+	}
+	if opts.WebhookCertDir == "" {
+		opts.WebhookCertDir = filepath.Join(cp.DataDir, "webhook")
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs")
 	fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)

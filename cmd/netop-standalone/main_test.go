@@ -45,7 +45,7 @@ func startStandalone(t *testing.T, dataDir string) *standalone {
 	nettest.RequireRoot(t)
 	netns := nettest.NetnsName("netop-r-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
-	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0")
+	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0 --webhook-addr 127.0.0.1:0")
 }
 
 // startStandaloneWith runs netop-standalone with args and waits for the line

@@ -2,18 +2,10 @@ package controlplane
 
 import (
 	"bytes"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/csv"
 	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +13,8 @@ import (
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+
+	pkiutil "github.com/netop-dev/netop/internal/pki"
 )
 
 // The files of the control plane's PKI under DIR/pki. They are made once and
@@ -54,11 +48,10 @@ func ensurePKI(dir string) (*pki, error) {
 	}
 	p := &pki{dir: dir}
 
-	caCert, caKey, err := p.ensureCA()
-	if err != nil {
+	if err := p.ensureCA(); err != nil {
 		return nil, err
 	}
-	if err := p.ensureServingCert(caCert, caKey); err != nil {
+	if err := p.ensureServingCert(); err != nil {
 		return nil, err
 	}
 	if err := p.ensureKey(saKeyFile); err != nil {
@@ -81,96 +74,67 @@ func (p *pki) ensureKey(name string) error {
 	if exists(p.path(name)) {
 		return nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := pkiutil.NewKeyPEM()
 	if err != nil {
 		return err
 	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	return keyutil.WriteKey(p.path(name), pemBlock(keyutil.ECPrivateKeyBlockType, der))
+	return keyutil.WriteKey(p.path(name), key)
 }
 
-func (p *pki) loadKey(name string) (crypto.Signer, error) {
-	key, err := keyutil.PrivateKeyFromFile(p.path(name))
-	if err != nil {
-		return nil, err
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a signing key", name)
-	}
-	return signer, nil
-}
-
-func (p *pki) ensureCA() (*x509.Certificate, crypto.Signer, error) {
+func (p *pki) ensureCA() error {
 	if err := p.ensureKey(caKeyFile); err != nil {
-		return nil, nil, fmt.Errorf("CA key: %w", err)
-	}
-	key, err := p.loadKey(caKeyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("CA key: %w", err)
+		return fmt.Errorf("CA key: %w", err)
 	}
 	if !exists(p.path(caCertFile)) {
-		cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "netop-controlplane-ca"}, key)
+		key, err := os.ReadFile(p.path(caKeyFile))
 		if err != nil {
-			return nil, nil, fmt.Errorf("CA certificate: %w", err)
+			return err
 		}
-		if err := certutil.WriteCert(p.path(caCertFile), pemBlock(certutil.CertificateBlockType, cert.Raw)); err != nil {
-			return nil, nil, fmt.Errorf("CA certificate: %w", err)
+		cert, err := pkiutil.NewCAPEM("netop-controlplane-ca", key)
+		if err != nil {
+			return fmt.Errorf("CA certificate: %w", err)
+		}
+		if err := certutil.WriteCert(p.path(caCertFile), cert); err != nil {
+			return fmt.Errorf("CA certificate: %w", err)
 		}
 	}
-	certs, err := certutil.CertsFromFile(p.path(caCertFile))
-	if err != nil {
-		return nil, nil, fmt.Errorf("CA certificate: %w", err)
-	}
+	var err error
 	p.caPEM, err = os.ReadFile(p.path(caCertFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	return certs[0], key, nil
+	return err
 }
 
-// ensureServingCert makes the API server's certificate for 127.0.0.1 and
-// localhost, signed by the CA, and renews it when it is within a month of
-// expiry.
-func (p *pki) ensureServingCert(ca *x509.Certificate, caKey crypto.Signer) error {
-	if certs, err := certutil.CertsFromFile(p.path(servingCertFile)); err == nil &&
-		time.Until(certs[0].NotAfter) > 30*24*time.Hour && exists(p.path(servingKeyFile)) {
+// servingCert is the API server's certificate: 127.0.0.1, localhost and the
+// names in-cluster clients use.
+var servingCert = pkiutil.ServingCert{
+	CommonName: "kube-apiserver",
+	DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
+		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+	IPs:      []net.IP{net.ParseIP("127.0.0.1")},
+	Validity: 365 * 24 * time.Hour,
+}
+
+// ensureServingCert makes the API server's certificate, signed by the CA,
+// and renews it well before it expires.
+func (p *pki) ensureServingCert() error {
+	if cert, err := os.ReadFile(p.path(servingCertFile)); err == nil && exists(p.path(servingKeyFile)) && servingCert.Current(cert, time.Now()) {
 		return nil
 	}
-	if err := os.Remove(p.path(servingKeyFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := p.ensureKey(servingKeyFile); err != nil {
-		return fmt.Errorf("serving key: %w", err)
-	}
-	key, err := p.loadKey(servingKeyFile)
-	if err != nil {
-		return fmt.Errorf("serving key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	key, err := pkiutil.NewKeyPEM()
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
-			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	caKey, err := os.ReadFile(p.path(caKeyFile))
 	if err != nil {
-		return fmt.Errorf("signing serving certificate: %w", err)
+		return err
 	}
-	return certutil.WriteCert(p.path(servingCertFile), pemBlock(certutil.CertificateBlockType, der))
+	cert, err := servingCert.Sign(p.caPEM, caKey, key)
+	if err != nil {
+		return err
+	}
+	if err := keyutil.WriteKey(p.path(servingKeyFile), key); err != nil {
+		return err
+	}
+	return certutil.WriteCert(p.path(servingCertFile), cert)
 }
 
 // ensureTokens writes the API server's static token file: one token for the
@@ -220,8 +184,4 @@ func parseTokens(data []byte, into map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func pemBlock(blockType string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: blockType, Bytes: der})
 }

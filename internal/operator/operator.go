@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -45,6 +47,9 @@ type Operator struct {
 	controller  *network.Controller
 	metrics     *metrics.Metrics
 	broadcaster record.EventBroadcaster
+	kubeFactory kubeinformers.SharedInformerFactory
+	templates   kubeinformers.SharedInformerFactory
+	admission   *admission
 	backend     backend.Backend
 	close       func()
 	synced      atomic.Bool
@@ -93,6 +98,16 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.close()
 		return nil, err
 	}
+
+	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
+	op.templates = templateInformers(kube, o.Resync)
+	if o.webhooksEnabled() {
+		op.admission, err = newAdmission(ctx, o, kube, op.kubeFactory, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder)
+		if err != nil {
+			op.close()
+			return nil, err
+		}
+	}
 	return op, nil
 }
 
@@ -133,19 +148,44 @@ func (op *Operator) Run(ctx context.Context) error {
 		defer stop()
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	admissionErr := make(chan error, 1)
 	op.factory.Start(ctx.Done())
 	defer op.factory.Shutdown()
+	op.kubeFactory.Start(ctx.Done())
+	defer op.kubeFactory.Shutdown()
+	op.templates.Start(ctx.Done())
+	defer op.templates.Shutdown()
 	go func() {
-		for _, ok := range op.factory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return
+		for _, synced := range []map[reflect.Type]bool{
+			op.factory.WaitForCacheSync(ctx.Done()),
+			op.kubeFactory.WaitForCacheSync(ctx.Done()),
+			op.templates.WaitForCacheSync(ctx.Done()),
+		} {
+			for _, ok := range synced {
+				if !ok {
+					return
+				}
 			}
 		}
 		op.synced.Store(true)
+		if op.admission != nil {
+			// Webhooks answer from the caches: serve only once they are full.
+			if err := op.admission.run(ctx); err != nil {
+				admissionErr <- err
+				cancel()
+			}
+		}
 	}()
 	err := op.controller.Run(ctx)
 	logger.Info("Stopping netop")
-	return err
+	select {
+	case aerr := <-admissionErr:
+		return fmt.Errorf("admission webhooks: %w", aerr)
+	default:
+		return err
+	}
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz (ready once the caches

@@ -6,6 +6,7 @@ package operator
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -34,6 +35,22 @@ type Options struct {
 
 	// MetricsAddr serves /metrics, /healthz and /readyz; "0" turns it off.
 	MetricsAddr string
+
+	// OperatorNamespace holds the operator's own objects: the default
+	// envoy-initializer template, the webhook certificate Secret.
+	OperatorNamespace string
+	// WebhookAddr is where the admission webhooks listen; "0" turns them
+	// off.
+	WebhookAddr string
+	// WebhookLocal registers the webhooks by the listener's 127.0.0.1 URL
+	// (standalone) instead of by WebhookService.
+	WebhookLocal bool
+	// WebhookService is the Service in OperatorNamespace in front of the
+	// webhook server (in a cluster).
+	WebhookService string
+	// WebhookCertDir keeps the webhook CA and certificate in files;
+	// empty keeps them in a Secret in OperatorNamespace.
+	WebhookCertDir string
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -45,7 +62,20 @@ func NewOptions() *Options {
 		Resync:      5 * time.Minute,
 		Backend:     string(samplecrdv1.BackendLinux),
 		MetricsAddr: ":8080",
+
+		OperatorNamespace: operatorNamespace(),
+		WebhookAddr:       ":9443",
+		WebhookService:    "netop-webhook",
 	}
+}
+
+// operatorNamespace is the namespace the pod runs in (from the downward
+// API), or netop-system.
+func operatorNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "netop-system"
 }
 
 // AddFlags registers the options on fs.
@@ -58,6 +88,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux.")
 	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
+	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
+	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
+	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "Keep the webhook CA and certificate in this directory instead of a Secret.")
 }
 
 // Validate checks the options.
@@ -71,11 +105,15 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.Resync <= 0:
 		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
+	case o.webhooksEnabled() && o.Namespace != "":
+		return fmt.Errorf("--namespace %q: the admission webhooks check Networks of all namespaces; use --webhook-addr=0 with --namespace", o.Namespace)
 	case o.Backend != string(samplecrdv1.BackendLinux):
 		return fmt.Errorf("--backend %q is not supported; supported: linux", o.Backend)
 	}
 	return nil
 }
+
+func (o *Options) webhooksEnabled() bool { return o.WebhookAddr != "" && o.WebhookAddr != "0" }
 
 // ClientConfigFlags say where the cluster is, the way kubectl users expect:
 // --kubeconfig, then $KUBECONFIG and ~/.kube/config, then the in-cluster

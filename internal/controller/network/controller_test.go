@@ -99,6 +99,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 	h.opts.Namespace = h.ns
 	h.opts.Resync = resync
 	h.opts.MetricsAddr = "0"
+	h.opts.WebhookAddr = "0"
 	h.opts.QPS, h.opts.Burst = 500, 1000
 	return h
 }

@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# Runs a real OpenStack Neutron API server on 127.0.0.1, without Keystone,
+# message queue or agents, so that the neutron backend is tested against the
+# real API rather than a fake of it.
+#
+#   hack/neutron.sh start [--fresh] [STATE_DIR]
+#   hack/neutron.sh stop [STATE_DIR]
+#
+# start installs Debian's python3-neutron if it is missing, starts the server
+# with its configuration, SQLite database and logs in STATE_DIR (default
+# /tmp/netop-neutron), waits until it answers and prints exactly one line,
+# NEUTRON_URL=http://127.0.0.1:PORT/, on stdout; everything else goes to
+# stderr. A STATE_DIR that already has a database is started again on the
+# same database and port (for outage tests), unless --fresh is given.
+# NEUTRON_PORT chooses the port of a fresh start; by default a free one is
+# picked. If the server of STATE_DIR is already running, start only prints
+# its URL.
+#
+# stop kills the server and its worker processes and waits for them to be
+# gone. It is idempotent.
+#
+# SQLite cannot run Neutron's migrations, so the schema is made from the
+# models, as Neutron's own unit tests do; that template is built once per
+# package version under NETOP_NEUTRON_CACHE (default /var/cache/netop-neutron)
+# and copied for each fresh start.
+set -euo pipefail
+
+readonly PY=/usr/bin/python3
+readonly DEFAULT_STATE_DIR=/tmp/netop-neutron
+readonly CACHE_DIR="${NETOP_NEUTRON_CACHE:-/var/cache/netop-neutron}"
+readonly READY_TIMEOUT=60
+readonly STOP_TIMEOUT=15
+
+log() { printf 'neutron.sh: %s\n' "$*" >&2; }
+die() {
+	printf 'neutron.sh: error: %s\n' "$*" >&2
+	exit 1
+}
+usage() {
+	printf 'usage: %s start [--fresh] [STATE_DIR] | stop [STATE_DIR]\n' "$0" >&2
+	exit 2
+}
+
+# neutron_installed is true when python3-neutron is installed and importable
+# by the system python.
+neutron_installed() {
+	[[ "$(dpkg-query -W -f='${Status}' python3-neutron 2>/dev/null || true)" == "install ok installed" ]] &&
+		"$PY" -c 'import neutron' 2>/dev/null
+}
+
+install_neutron() {
+	if neutron_installed; then
+		return 0
+	fi
+	[[ "$(id -u)" == 0 ]] || die "python3-neutron is not installed and installing it needs root (apt-get install --no-install-recommends python3-neutron)"
+	command -v apt-get >/dev/null || die "python3-neutron is not installed and there is no apt-get to install it"
+	mkdir -p "$CACHE_DIR"
+	# Test binaries start servers in parallel: one installs, the others wait.
+	exec {lock}>"$CACHE_DIR/install.lock"
+	flock "$lock"
+	if neutron_installed; then
+		exec {lock}>&-
+		return 0
+	fi
+	log "installing python3-neutron with apt (about a minute, once)"
+	export DEBIAN_FRONTEND=noninteractive
+	local attempt updated=0
+	for attempt in 1 2 3; do
+		if [[ "$updated" == 0 ]]; then
+			if apt-get -o DPkg::Lock::Timeout=120 update -q >&2; then
+				updated=1
+			else
+				log "apt-get update failed (attempt $attempt of 3)"
+				sleep 3
+				continue
+			fi
+		fi
+		# A concurrent apt run elsewhere on the machine can make dpkg fail
+		# with "cannot stat .deb"; another attempt then succeeds.
+		if apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends python3-neutron >&2; then
+			break
+		fi
+		log "apt-get install python3-neutron failed (attempt $attempt of 3)"
+		sleep 3
+	done
+	exec {lock}>&-
+	neutron_installed || die "could not install python3-neutron with apt-get (see the apt output above)"
+}
+
+# template_db prints the path of the empty database of this neutron
+# version, building it first if needed.
+template_db() {
+	local version dir db tmp
+	version="$(dpkg-query -W -f='${Version}' python3-neutron)"
+	dir="$CACHE_DIR/${version//[^A-Za-z0-9.+~-]/_}"
+	db="$dir/neutron.sqlite"
+	if [[ -s "$db" ]]; then
+		printf '%s\n' "$db"
+		return 0
+	fi
+	mkdir -p "$dir"
+	exec {lock}>"$dir/build.lock"
+	flock "$lock"
+	if [[ ! -s "$db" ]]; then
+		log "building the database schema for neutron $version (once)"
+		tmp="$(mktemp "$dir/neutron.sqlite.XXXXXX")"
+		if ! "$PY" - "$tmp" >&2 <<'EOF'; then
+import sys
+import sqlalchemy
+from neutron.db.migration.models import head
+engine = sqlalchemy.create_engine("sqlite:///" + sys.argv[1])
+head.get_metadata().create_all(engine)
+engine.dispose()
+EOF
+			rm -f "$tmp"
+			die "could not create the Neutron database schema"
+		fi
+		mv -f "$tmp" "$db"
+	fi
+	exec {lock}>&-
+	printf '%s\n' "$db"
+}
+
+free_port() {
+	"$PY" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+}
+
+write_config() {
+	local dir="$1" port="$2"
+	mkdir -p "$dir/state" "$dir/lock"
+	cat >"$dir/neutron.conf" <<EOF
+[DEFAULT]
+bind_host = 127.0.0.1
+bind_port = $port
+auth_strategy = noauth
+core_plugin = ml2
+service_plugins =
+api_paste_config = $dir/api-paste.ini
+state_path = $dir/state
+transport_url = fake://
+api_workers = 0
+rpc_workers = 0
+rpc_state_report_workers = 0
+dhcp_agent_notification = false
+notify_nova_on_port_status_changes = false
+notify_nova_on_port_data_changes = false
+# SQLite locks the whole database: concurrent requests end in "database is
+# locked" after a long hang, so requests are served one at a time.
+wsgi_default_pool_size = 1
+debug = false
+use_stderr = true
+
+[database]
+connection = sqlite:///$dir/neutron.sqlite
+
+[oslo_concurrency]
+lock_path = $dir/lock
+
+[oslo_policy]
+enforce_scope = false
+enforce_new_defaults = false
+
+[quotas]
+quota_network = -1
+quota_subnet = -1
+quota_port = -1
+EOF
+	cat >"$dir/ml2_conf.ini" <<'EOF'
+[ml2]
+type_drivers = local,flat,vlan,vxlan
+tenant_network_types = vxlan
+mechanism_drivers =
+extension_drivers = port_security
+
+[ml2_type_vxlan]
+vni_ranges = 1:10000
+EOF
+	# Debian ships no api-paste.ini outside neutron-server: these are the
+	# stock pipelines without authtoken (there is no Keystone).
+	cat >"$dir/api-paste.ini" <<'EOF'
+[composite:neutron]
+use = egg:Paste#urlmap
+/: neutronversions_composite
+/v2.0: neutronapi_v2_0
+
+[composite:neutronapi_v2_0]
+use = call:neutron.auth:pipeline_factory
+noauth = cors http_proxy_to_wsgi request_id catch_errors extensions neutronapiapp_v2_0
+keystone = cors http_proxy_to_wsgi request_id catch_errors keystonecontext extensions neutronapiapp_v2_0
+
+[composite:neutronversions_composite]
+use = call:neutron.auth:pipeline_factory
+noauth = cors http_proxy_to_wsgi neutronversions
+keystone = cors http_proxy_to_wsgi neutronversions
+
+[filter:request_id]
+paste.filter_factory = oslo_middleware:RequestId.factory
+
+[filter:catch_errors]
+paste.filter_factory = oslo_middleware:CatchErrors.factory
+
+[filter:cors]
+paste.filter_factory = oslo_middleware.cors:filter_factory
+oslo_config_project = neutron
+
+[filter:http_proxy_to_wsgi]
+paste.filter_factory = oslo_middleware.http_proxy_to_wsgi:HTTPProxyToWSGI.factory
+
+[filter:keystonecontext]
+paste.filter_factory = neutron.auth:NeutronKeystoneContext.factory
+
+[filter:extensions]
+paste.filter_factory = neutron.api.extensions:plugin_aware_extension_middleware_factory
+
+[app:neutronversions]
+paste.app_factory = neutron.pecan_wsgi.app:versions_factory
+
+[app:neutronapiapp_v2_0]
+paste.app_factory = neutron.api.v2.router:APIRouter.factory
+EOF
+}
+
+# server_pid prints the pid recorded in dir if that process is still the
+# server of dir: a stale pid may since belong to something else.
+server_pid() {
+	local dir="$1" pid
+	[[ -s "$dir/neutron-server.pid" ]] || return 1
+	pid="$(<"$dir/neutron-server.pid")"
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	[[ -r "/proc/$pid/cmdline" ]] || return 1
+	local cmdline
+	cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+	[[ "$cmdline" == *"$dir/neutron.conf"* ]] || return 1
+	printf '%s\n' "$pid"
+}
+
+answers() {
+	local code
+	code="$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$1/v2.0/networks?limit=1" 2>/dev/null || true)"
+	[[ "$code" == 200 ]]
+}
+
+cmd_start() {
+	local fresh=0 dir=""
+	while (($#)); do
+		case "$1" in
+		--fresh) fresh=1 ;;
+		-*) usage ;;
+		*)
+			[[ -z "$dir" ]] || usage
+			dir="$1"
+			;;
+		esac
+		shift
+	done
+	dir="${dir:-$DEFAULT_STATE_DIR}"
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd -P)"
+
+	install_neutron
+
+	local pid port
+	if pid="$(server_pid "$dir")"; then
+		port="$(<"$dir/port")"
+		if answers "$port"; then
+			log "already running (pid $pid)"
+			printf 'NEUTRON_URL=http://127.0.0.1:%s/\n' "$port"
+			return 0
+		fi
+		log "server pid $pid does not answer: restarting it"
+		cmd_stop "$dir"
+	fi
+
+	if [[ "$fresh" == 1 || ! -s "$dir/neutron.sqlite" || ! -s "$dir/port" ]]; then
+		local db
+		db="$(template_db)"
+		cp -f "$db" "$dir/neutron.sqlite"
+		port="${NEUTRON_PORT:-$(free_port)}"
+		printf '%s\n' "$port" >"$dir/port"
+	else
+		port="$(<"$dir/port")"
+		log "reusing the database and port $port of $dir"
+	fi
+	[[ "$port" =~ ^[0-9]+$ ]] || die "bad port '$port'"
+	write_config "$dir" "$port"
+
+	local logfile="$dir/neutron-server.log"
+	: >"$logfile"
+	# Its own session and process group, so that stop kills the workers it
+	# forks too; no inherited stdout, so that a caller reading ours sees EOF.
+	setsid "$PY" -c 'import sys; from neutron.cmd.eventlet.server import main; sys.argv[0] = "neutron-server"; sys.exit(main())' \
+		--config-file "$dir/neutron.conf" --config-file "$dir/ml2_conf.ini" \
+		</dev/null >>"$logfile" 2>&1 &
+	pid=$!
+	printf '%s\n' "$pid" >"$dir/neutron-server.pid"
+
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until answers "$port"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -n 30 "$logfile" >&2 || true
+			die "neutron-server exited during start-up (log: $logfile)"
+		fi
+		if ((SECONDS >= deadline)); then
+			tail -n 30 "$logfile" >&2 || true
+			cmd_stop "$dir"
+			die "neutron-server did not answer on 127.0.0.1:$port within ${READY_TIMEOUT}s (log: $logfile)"
+		fi
+		sleep 0.2
+	done
+	log "neutron-server pid $pid ready on 127.0.0.1:$port (log: $logfile)"
+	printf 'NEUTRON_URL=http://127.0.0.1:%s/\n' "$port"
+}
+
+# group_alive is true while a process of process group $1 remains, not
+# counting zombies, which only wait for their parent to reap them.
+group_alive() {
+	ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+}
+
+cmd_stop() {
+	(($# <= 1)) || usage
+	local dir="${1:-$DEFAULT_STATE_DIR}"
+	[[ -d "$dir" ]] || return 0
+	dir="$(cd "$dir" && pwd -P)"
+	local pid
+	if ! pid="$(server_pid "$dir")"; then
+		rm -f "$dir/neutron-server.pid"
+		return 0
+	fi
+	# setsid made the server the leader of its own process group, which its
+	# workers share.
+	kill -TERM -- "-$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + STOP_TIMEOUT))
+	while group_alive "$pid"; do
+		if ((SECONDS >= deadline)); then
+			log "neutron-server pid $pid did not stop within ${STOP_TIMEOUT}s: killing it"
+			kill -KILL -- "-$pid" 2>/dev/null || true
+			sleep 0.5
+			group_alive "$pid" && die "could not kill process group $pid"
+			break
+		fi
+		sleep 0.1
+	done
+	rm -f "$dir/neutron-server.pid"
+	log "stopped neutron-server pid $pid"
+}
+
+(($# >= 1)) || usage
+case "$1" in
+start)
+	shift
+	cmd_start "$@"
+	;;
+stop)
+	shift
+	cmd_stop "$@"
+	;;
+*) usage ;;
+esac

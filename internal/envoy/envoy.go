@@ -1,0 +1,223 @@
+// Package envoy is the Envoy sidecar template of the classic Initializer
+// tutorial: the ConfigMap envoy-initializer (key "config": YAML with
+// containers and volumes) and how it is merged into a pod spec. The Pod
+// webhook and the workload initializer both use it, so that they inject the
+// same thing and recognise each other's work.
+package envoy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Names of the objects, keys, labels and annotations involved.
+const (
+	ConfigMapName = "envoy-initializer"
+	ConfigKey     = "config"
+
+	// OptIn is the tutorial's annotation: "true" asks for the sidecar,
+	// "false" refuses it even in an opted-in namespace.
+	OptIn = "initializer.kubernetes.io/envoy"
+	// NamespaceLabel "enabled" opts every pod of a namespace in.
+	NamespaceLabel        = "initializer.kubernetes.io/envoy"
+	NamespaceLabelEnabled = "enabled"
+
+	// Injected records the hash of the template that was injected;
+	// InjectedContainers and InjectedVolumes what it added, so that it can
+	// be taken out again.
+	Injected           = "initializer.kubernetes.io/envoy-injected"
+	InjectedContainers = "initializer.kubernetes.io/envoy-injected-containers"
+	InjectedVolumes    = "initializer.kubernetes.io/envoy-injected-volumes"
+	// Skipped says why a pod that asked for the sidecar did not get it.
+	Skipped = "initializer.kubernetes.io/envoy-skipped"
+)
+
+// Template is a parsed envoy-initializer ConfigMap.
+type Template struct {
+	Containers []corev1.Container `json:"containers"`
+	Volumes    []corev1.Volume    `json:"volumes,omitempty"`
+
+	// Source is namespace/name of the ConfigMap.
+	Source string `json:"-"`
+	// Hash identifies the template's content.
+	Hash string `json:"-"`
+}
+
+// Parse reads a template from its ConfigMap. Unknown keys and incomplete
+// containers are errors, never silently dropped.
+func Parse(cm *corev1.ConfigMap) (*Template, error) {
+	raw, ok := cm.Data[ConfigKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s/%s has no key %q", cm.Namespace, cm.Name, ConfigKey)
+	}
+	t := &Template{}
+	if err := yaml.UnmarshalStrict([]byte(raw), t); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s key %q: %w", cm.Namespace, cm.Name, ConfigKey, err)
+	}
+	if err := t.validate(); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s key %q: %w", cm.Namespace, cm.Name, ConfigKey, err)
+	}
+	canonical, _ := json.Marshal(t)
+	sum := sha256.Sum256(canonical)
+	t.Hash = hex.EncodeToString(sum[:8])
+	t.Source = cm.Namespace + "/" + cm.Name
+	return t, nil
+}
+
+func (t *Template) validate() error {
+	if len(t.Containers) == 0 {
+		return errors.New("containers: at least one container is required")
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for i, c := range t.Containers {
+		switch {
+		case c.Name == "":
+			errs = append(errs, fmt.Errorf("containers[%d].name: required", i))
+		case len(validation.IsDNS1123Label(c.Name)) > 0:
+			errs = append(errs, fmt.Errorf("containers[%d].name: %q: %s", i, c.Name, strings.Join(validation.IsDNS1123Label(c.Name), "; ")))
+		case seen[c.Name]:
+			errs = append(errs, fmt.Errorf("containers[%d].name: %q appears twice", i, c.Name))
+		}
+		seen[c.Name] = true
+		if c.Image == "" {
+			errs = append(errs, fmt.Errorf("containers[%d].image: required", i))
+		}
+	}
+	for i, v := range t.Volumes {
+		if v.Name == "" {
+			errs = append(errs, fmt.Errorf("volumes[%d].name: required", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Find returns the template for a pod in namespace: the ConfigMap in that
+// namespace wins, otherwise the one in the operator's namespace. It returns
+// nil and no error when there is none, and the ConfigMap it used or failed
+// on.
+func Find(lister corelisters.ConfigMapLister, namespace, operatorNamespace string) (*Template, *corev1.ConfigMap, error) {
+	for _, ns := range []string{namespace, operatorNamespace} {
+		if ns == "" {
+			continue
+		}
+		cm, err := lister.ConfigMaps(ns).Get(ConfigMapName)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := Parse(cm)
+		return t, cm, err
+	}
+	return nil, nil, nil
+}
+
+// AlreadyInjected reports whether a pod spec and its annotations already
+// carry this or any template: never inject twice.
+func (t *Template) AlreadyInjected(annotations map[string]string, spec *corev1.PodSpec) bool {
+	if annotations[Injected] != "" {
+		return true
+	}
+	for _, c := range t.Containers {
+		if slices.ContainsFunc(spec.Containers, func(have corev1.Container) bool { return have.Name == c.Name }) {
+			return true
+		}
+	}
+	return false
+}
+
+// Patch is the strategic merge patch that injects the template into the
+// pod template found at path (none for a Pod; "spec", "template" for a
+// workload), recording what was injected in the annotations there.
+func (t *Template) Patch(path ...string) ([]byte, error) {
+	var containers, volumes []string
+	for _, c := range t.Containers {
+		containers = append(containers, c.Name)
+	}
+	for _, v := range t.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	spec := map[string]any{"containers": t.Containers}
+	if len(t.Volumes) > 0 {
+		spec["volumes"] = t.Volumes
+	}
+	podTemplate := map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{
+			Injected:           t.Hash,
+			InjectedContainers: strings.Join(containers, ","),
+			InjectedVolumes:    strings.Join(volumes, ","),
+		}},
+		"spec": spec,
+	}
+	return json.Marshal(nest(podTemplate, path))
+}
+
+// RemovalPatch is the strategic merge patch that takes out what the
+// annotations say was injected into the pod template at path.
+func RemovalPatch(annotations map[string]string, path ...string) ([]byte, error) {
+	var containers, volumes []map[string]string
+	for _, name := range splitList(annotations[InjectedContainers]) {
+		containers = append(containers, map[string]string{"name": name, "$patch": "delete"})
+	}
+	for _, name := range splitList(annotations[InjectedVolumes]) {
+		volumes = append(volumes, map[string]string{"name": name, "$patch": "delete"})
+	}
+	spec := map[string]any{}
+	if len(containers) > 0 {
+		spec["containers"] = containers
+	}
+	if len(volumes) > 0 {
+		spec["volumes"] = volumes
+	}
+	podTemplate := map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{Injected: nil, InjectedContainers: nil, InjectedVolumes: nil}},
+		"spec":     spec,
+	}
+	return json.Marshal(nest(podTemplate, path))
+}
+
+func nest(v map[string]any, path []string) map[string]any {
+	for i := len(path) - 1; i >= 0; i-- {
+		v = map[string]any{path[i]: v}
+	}
+	return v
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// Merge applies strategic merge patches to the JSON of an object whose Go
+// type is like (corev1.Pod{}, appsv1.Deployment{}): containers and volumes
+// merge by name.
+func Merge(original []byte, like any, patches ...[]byte) ([]byte, error) {
+	merged := original
+	for _, p := range patches {
+		if len(bytes.TrimSpace(p)) == 0 {
+			continue
+		}
+		var err error
+		if merged, err = strategicpatch.StrategicMergePatch(merged, p, like); err != nil {
+			return nil, fmt.Errorf("merging the envoy template: %w", err)
+		}
+	}
+	return merged, nil
+}

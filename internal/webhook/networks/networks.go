@@ -1,0 +1,124 @@
+// Package networks admits Networks: validation (a parsable cidr, a gateway
+// inside it, no overlap with any other Network in any namespace) and
+// defaulting (the gateway, the controller's finalizer), so that bad
+// Networks never reach the controller and a new one costs the controller a
+// single write, its status.
+package networks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/webhook"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+)
+
+// Admission holds what the Network webhooks need: every Network, from an
+// informer cache, for the overlap check (no List per request).
+type Admission struct {
+	Networks samplecrdlisters.NetworkLister
+}
+
+func decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
+	n := &samplecrdv1.Network{}
+	if err := json.Unmarshal(req.Object.Raw, n); err != nil {
+		return nil, webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding Network: %v", err))
+	}
+	return n, nil
+}
+
+// Validate rejects Networks that cannot be realised, with messages that
+// name the field, and warns about a cidr with host bits set.
+func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	n, denied := decode(req)
+	if denied != nil {
+		return denied
+	}
+	if req.Operation == admissionv1.Update {
+		// Metadata changes (the controller removing its finalizer) must
+		// never be blocked by a spec that an older rule let in.
+		old := &samplecrdv1.Network{}
+		if n.DeletionTimestamp != nil || json.Unmarshal(req.OldObject.Raw, old) == nil && old.Spec == n.Spec {
+			return &admissionv1.AdmissionResponse{Allowed: true}
+		}
+	}
+	resolved, errs := netspec.Resolve(n.Spec)
+	if len(errs) == 0 {
+		errs = a.overlaps(n, resolved)
+	}
+	if len(errs) > 0 {
+		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
+		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
+	}
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, resolved)}
+}
+
+// overlaps finds another Network, in any namespace, whose cidr overlaps.
+func (a *Admission) overlaps(n *samplecrdv1.Network, resolved netspec.Resolved) field.ErrorList {
+	others, err := a.Networks.List(labels.Everything())
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
+	}
+	for _, other := range others {
+		if other.Namespace == n.Namespace && other.Name == n.Name || other.DeletionTimestamp != nil {
+			continue
+		}
+		theirs, errs := netspec.Resolve(other.Spec)
+		if len(errs) > 0 || !theirs.Prefix.Overlaps(resolved.Prefix) {
+			continue
+		}
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR,
+			fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, theirs.Prefix))}
+	}
+	return nil
+}
+
+func warnings(spec samplecrdv1.NetworkSpec, resolved netspec.Resolved) []string {
+	if resolved.Canonical {
+		return nil
+	}
+	return []string{fmt.Sprintf("spec.cidr %q has host bits set: it means the network %s", spec.CIDR, resolved.Prefix)}
+}
+
+// Default fills in the gateway when it is missing and adds the
+// controller's finalizer on create, answering with a JSON patch.
+func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	n, denied := decode(req)
+	if denied != nil {
+		return denied
+	}
+	var ops []jsonpatch.Operation
+	if n.Spec.Gateway == "" {
+		// An invalid cidr is left for validation to report.
+		if resolved, errs := netspec.Resolve(n.Spec); len(errs) == 0 {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/gateway", resolved.Gateway.String()))
+		}
+	}
+	if req.Operation == admissionv1.Create && n.DeletionTimestamp == nil && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+		if len(n.Finalizers) == 0 {
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{samplecrdv1.Finalizer}))
+		} else {
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", samplecrdv1.Finalizer))
+		}
+	}
+	return webhook.Patched(ops)
+}

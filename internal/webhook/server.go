@@ -1,0 +1,170 @@
+// Package webhook serves netop's admission webhooks over HTTPS: Network
+// validation and defaulting and Envoy sidecar injection. It manages its own
+// serving certificate (a CA of its own, persisted, renewed before expiry)
+// and registers its webhook configurations with that CA as caBundle.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"time"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// MaxRequestBytes caps an AdmissionReview body. The API server's own limit
+// on an object is about 1.5 MiB; the review carries the object twice on an
+// update.
+const MaxRequestBytes = 4 << 20
+
+// Handler admits one request.
+type Handler interface {
+	Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+// Admit calls f.
+func (f HandlerFunc) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return f(ctx, req)
+}
+
+// Server is the HTTPS admission server.
+type Server struct {
+	mux   *http.ServeMux
+	certs *CertManager
+}
+
+// NewServer returns a server presenting the certificate of certs.
+func NewServer(certs *CertManager) *Server {
+	s := &Server{mux: http.NewServeMux(), certs: certs}
+	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return s
+}
+
+// Handle serves h at path.
+func (s *Server) Handle(ctx context.Context, path string, h Handler) {
+	s.mux.Handle(path, ReviewHandler(ctx, h))
+}
+
+// Run listens on addr and serves until ctx is done. ready is called with the
+// address once the listener is open.
+func (s *Server) Run(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: s.certs.GetCertificate,
+		},
+		ErrorLog: nil,
+	}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	klog.FromContext(ctx).Info("Serving admission webhooks", "address", l.Addr().String())
+	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("webhook server: %w", err)
+	}
+	return nil
+}
+
+// ReviewHandler decodes admission/v1 AdmissionReviews, passes the request to
+// h and encodes its answer. What is not a well-formed review gets a 400 with
+// a message.
+func ReviewHandler(ctx context.Context, h Handler) http.Handler {
+	logger := klog.FromContext(ctx)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		review, status, err := decodeReview(w, r)
+		if err != nil {
+			http.Error(w, err.Error(), status)
+			return
+		}
+		resp := h.Admit(klog.NewContext(r.Context(), logger.WithValues("uid", review.Request.UID)), review.Request)
+		if resp == nil {
+			resp = &admissionv1.AdmissionResponse{Allowed: true}
+		}
+		resp.UID = review.Request.UID
+		out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(&out); err != nil {
+			logger.Error(err, "Writing admission response")
+		}
+	})
+}
+
+func decodeReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
+	if r.Method != http.MethodPost {
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("admission reviews are POSTed, not %s", r.Method)
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", r.Header.Get("Content-Type"))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("admission review larger than %d bytes", MaxRequestBytes)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("reading admission review: %w", err)
+	}
+	review, err := DecodeReview(body)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	return review, 0, nil
+}
+
+// DecodeReview parses an admission/v1 AdmissionReview that carries a request.
+func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	review := &admissionv1.AdmissionReview{}
+	if err := json.Unmarshal(body, review); err != nil {
+		return nil, fmt.Errorf("decoding admission review: %w", err)
+	}
+	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("expected an admission.k8s.io/v1 AdmissionReview, got %s %s", review.APIVersion, review.Kind)
+	}
+	if review.Request == nil || review.Request.UID == "" {
+		return nil, errors.New("admission review has no request or no request uid")
+	}
+	return review, nil
+}
+
+// Denied answers a request with a rejection carrying reason and HTTP code.
+func Denied(code int32, reason metav1.StatusReason, message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: message},
+	}
+}
+
+// Patched allows a request with the given JSON patch (none: allowed as is).
+func Patched(ops []jsonpatch.Operation) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	if len(ops) == 0 {
+		return resp
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("encoding patch: %v", err))
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	return resp
+}
