@@ -143,18 +143,18 @@ func (t *Template) AlreadyInjected(annotations map[string]string, spec *corev1.P
 
 // Patch is the strategic merge patch that injects the template into the
 // pod template found at path (none for a Pod; "spec", "template" for a
-// workload), recording what was injected in the annotations there.
-func (t *Template) Patch(path ...string) ([]byte, error) {
-	var containers, volumes []string
-	for _, c := range t.Containers {
-		containers = append(containers, c.Name)
+// workload) whose spec is into, recording what was injected in the
+// annotations there. The sidecar goes after the pod's own containers, as
+// the tutorial shows ([myapp-container envoy]).
+func (t *Template) Patch(into *corev1.PodSpec, path ...string) ([]byte, error) {
+	containers, volumes := containerNames(t.Containers), volumeNames(t.Volumes)
+	spec := map[string]any{
+		"containers":                  t.Containers,
+		"$setElementOrder/containers": elementOrder(containerNames(into.Containers), containers),
 	}
-	for _, v := range t.Volumes {
-		volumes = append(volumes, v.Name)
-	}
-	spec := map[string]any{"containers": t.Containers}
 	if len(t.Volumes) > 0 {
 		spec["volumes"] = t.Volumes
+		spec["$setElementOrder/volumes"] = elementOrder(volumeNames(into.Volumes), volumes)
 	}
 	podTemplate := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{
@@ -191,11 +191,39 @@ func RemovalPatch(annotations map[string]string, path ...string) ([]byte, error)
 	return json.Marshal(nest(podTemplate, path))
 }
 
+// elementOrder is a $setElementOrder directive: the names the pod has,
+// then the added names it does not have yet.
+func elementOrder(have, added []string) []map[string]string {
+	var order []map[string]string
+	for _, name := range append(slices.Clone(have), added...) {
+		if !slices.ContainsFunc(order, func(o map[string]string) bool { return o["name"] == name }) {
+			order = append(order, map[string]string{"name": name})
+		}
+	}
+	return order
+}
+
 func nest(v map[string]any, path []string) map[string]any {
 	for i := len(path) - 1; i >= 0; i-- {
 		v = map[string]any{path[i]: v}
 	}
 	return v
+}
+
+func containerNames(cs []corev1.Container) []string {
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func volumeNames(vs []corev1.Volume) []string {
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	return names
 }
 
 func splitList(s string) []string {

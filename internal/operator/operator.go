@@ -25,6 +25,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controller/network"
+	"github.com/netop-dev/netop/internal/controller/workload"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/version"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -50,6 +51,7 @@ type Operator struct {
 	kubeFactory kubeinformers.SharedInformerFactory
 	templates   kubeinformers.SharedInformerFactory
 	admission   *admission
+	workloads   *workload.Controller
 	backend     backend.Backend
 	close       func()
 	synced      atomic.Bool
@@ -101,6 +103,14 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
 	op.templates = templateInformers(kube, o.Resync)
+	if o.InitializeWorkloads {
+		op.workloads, err = workload.New(ctx, kube, op.kubeFactory.Apps().V1().Deployments(), op.templates.Core().V1().ConfigMaps(),
+			recorder, op.metrics, o.OperatorNamespace, o.Workers)
+		if err != nil {
+			op.close()
+			return nil, err
+		}
+	}
 	if o.webhooksEnabled() {
 		op.admission, err = newAdmission(ctx, o, kube, op.kubeFactory, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder)
 		if err != nil {
@@ -178,7 +188,18 @@ func (op *Operator) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	var workloadsDone chan struct{}
+	if op.workloads != nil {
+		workloadsDone = make(chan struct{})
+		go func() {
+			defer close(workloadsDone)
+			_ = op.workloads.Run(ctx)
+		}()
+	}
 	err := op.controller.Run(ctx)
+	if workloadsDone != nil {
+		<-workloadsDone
+	}
 	logger.Info("Stopping netop")
 	select {
 	case aerr := <-admissionErr:

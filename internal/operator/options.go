@@ -51,6 +51,9 @@ type Options struct {
 	// WebhookCertDir keeps the webhook CA and certificate in files;
 	// empty keeps them in a Secret in OperatorNamespace.
 	WebhookCertDir string
+	// InitializeWorkloads runs the workload initializer: the Envoy
+	// template merged into annotated Deployments.
+	InitializeWorkloads bool
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -66,6 +69,8 @@ func NewOptions() *Options {
 		OperatorNamespace: operatorNamespace(),
 		WebhookAddr:       ":9443",
 		WebhookService:    "netop-webhook",
+
+		InitializeWorkloads: true,
 	}
 }
 
@@ -92,6 +97,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "Keep the webhook CA and certificate in this directory instead of a Secret.")
+	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
 }
 
 // Validate checks the options.
@@ -107,6 +113,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
 	case o.webhooksEnabled() && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the admission webhooks check Networks of all namespaces; use --webhook-addr=0 with --namespace", o.Namespace)
+	case o.InitializeWorkloads && o.Namespace != "":
+		return fmt.Errorf("--namespace %q: the workload initializer serves all namespaces; use --initialize-workloads=false with --namespace", o.Namespace)
 	case o.Backend != string(samplecrdv1.BackendLinux):
 		return fmt.Errorf("--backend %q is not supported; supported: linux", o.Backend)
 	}

@@ -100,6 +100,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 	h.opts.Resync = resync
 	h.opts.MetricsAddr = "0"
 	h.opts.WebhookAddr = "0"
+	h.opts.InitializeWorkloads = false
 	h.opts.QPS, h.opts.Burst = 500, 1000
 	return h
 }

@@ -100,7 +100,7 @@ func inject(pod *corev1.Pod, tmpl *envoy.Template) (*admissionv1.AdmissionRespon
 	if err != nil {
 		return nil, err
 	}
-	patch, err := tmpl.Patch()
+	patch, err := tmpl.Patch(&pod.Spec)
 	if err != nil {
 		return nil, err
 	}

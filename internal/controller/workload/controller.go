@@ -1,0 +1,251 @@
+// Package workload is the tutorial's Initializer loop for objects that can
+// still change: Deployments annotated initializer.kubernetes.io/envoy:
+// "true" get the Envoy template merged into spec.template with a PATCH (a
+// rolling update), are re-patched when the template changes, and lose what
+// was injected when the annotation goes. Their pods then carry the
+// injection record, so the Pod webhook leaves them alone.
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/metrics"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "workload"
+
+// Controller initializes Deployments with the Envoy template.
+type Controller struct {
+	kube              kubernetes.Interface
+	deployments       appslisters.DeploymentLister
+	templates         corelisters.ConfigMapLister
+	synced            []cache.InformerSynced
+	queue             workqueue.TypedRateLimitingInterface[string]
+	recorder          record.EventRecorder
+	metrics           *metrics.Metrics
+	operatorNamespace string
+	workers           int
+}
+
+// New makes the controller; call it before the informers start.
+func New(ctx context.Context, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer, templates coreinformers.ConfigMapInformer,
+	recorder record.EventRecorder, m *metrics.Metrics, operatorNamespace string, workers int) (*Controller, error) {
+	c := &Controller{
+		kube:        kube,
+		deployments: deployments.Lister(),
+		templates:   templates.Lister(),
+		synced:      []cache.InformerSynced{deployments.Informer().HasSynced, templates.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, MetricsProvider: m.WorkqueueProvider()}),
+		recorder:          recorder,
+		metrics:           m,
+		operatorNamespace: operatorNamespace,
+		workers:           workers,
+	}
+	logger := klog.FromContext(ctx)
+	if _, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueDeployment,
+		UpdateFunc: func(oldObj, newObj any) {
+			if oldObj.(*appsv1.Deployment).ResourceVersion != newObj.(*appsv1.Deployment).ResourceVersion {
+				c.enqueueDeployment(newObj)
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger}); err != nil {
+		return nil, err
+	}
+	if _, err := templates.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueForTemplate,
+		UpdateFunc: func(_, newObj any) { c.enqueueForTemplate(newObj) },
+		DeleteFunc: c.enqueueForTemplate,
+	}, cache.HandlerOptions{Logger: &logger}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// relevant: asked for the sidecar, or carries one to take out.
+func relevant(d *appsv1.Deployment) bool {
+	return d.Annotations[envoy.OptIn] == "true" || d.Spec.Template.Annotations[envoy.Injected] != ""
+}
+
+func (c *Controller) enqueueDeployment(obj any) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok || !relevant(d) {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(d); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// enqueueForTemplate re-checks the Deployments a template serves: those in
+// its namespace, or everywhere for the operator namespace's template.
+func (c *Controller) enqueueForTemplate(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Name != envoy.ConfigMapName {
+		return
+	}
+	lister := c.deployments.List
+	if cm.Namespace != c.operatorNamespace {
+		lister = c.deployments.Deployments(cm.Namespace).List
+	}
+	ds, err := lister(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, d := range ds {
+		c.enqueueDeployment(d)
+	}
+}
+
+// Run runs the workers until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	defer runtime.HandleCrashWithContext(ctx)
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("controller", Name)
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return nil // stopped while starting
+	}
+	var wg wait.Group
+	for range c.workers {
+		wg.StartWithContext(ctx, func(ctx context.Context) {
+			for c.processNextItem(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNextItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		c.metrics.ReconcileTotal.WithLabelValues(Name, "error").Inc()
+		klog.FromContext(ctx).Error(err, "Initializing workload failed, retrying", "deployment", key)
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.metrics.ReconcileTotal.WithLabelValues(Name, "success").Inc()
+	c.queue.Forget(key)
+	return true
+}
+
+// sync brings one Deployment's pod template in line with its annotation
+// and the current template.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	cached, err := c.deployments.Deployments(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d := cached.DeepCopy()
+	logger := klog.FromContext(ctx).WithValues("deployment", klog.KObj(d))
+	injected := d.Spec.Template.Annotations[envoy.Injected]
+
+	var tmpl *envoy.Template
+	if d.Annotations[envoy.OptIn] == "true" {
+		var cm *corev1.ConfigMap
+		tmpl, cm, err = envoy.Find(c.templates, d.Namespace, c.operatorNamespace)
+		if err != nil {
+			// Not retried: a fixed template is a new event.
+			c.recorder.Eventf(d, corev1.EventTypeWarning, "InvalidTemplate", "Envoy sidecar not injected: %v", err)
+			if cm != nil {
+				c.recorder.Eventf(cm, corev1.EventTypeWarning, "InvalidTemplate", "Deployment %s/%s not initialized: %v", d.Namespace, d.Name, err)
+			}
+			return nil
+		}
+		if tmpl == nil || tmpl.Hash == injected {
+			return nil
+		}
+	} else if injected == "" {
+		return nil
+	}
+
+	original, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	modified := original
+	if injected != "" {
+		removal, err := envoy.RemovalPatch(d.Spec.Template.Annotations, "spec", "template")
+		if err != nil {
+			return err
+		}
+		if modified, err = envoy.Merge(modified, appsv1.Deployment{}, removal); err != nil {
+			return err
+		}
+	}
+	if tmpl != nil {
+		stripped := &appsv1.Deployment{}
+		if err := json.Unmarshal(modified, stripped); err != nil {
+			return err
+		}
+		add, err := tmpl.Patch(&stripped.Spec.Template.Spec, "spec", "template")
+		if err != nil {
+			return err
+		}
+		if modified, err = envoy.Merge(modified, appsv1.Deployment{}, add); err != nil {
+			return err
+		}
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(original, modified, appsv1.Deployment{})
+	if err != nil {
+		return fmt.Errorf("computing the patch: %w", err)
+	}
+	if _, err := c.kube.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching deployment: %w", err)
+	}
+	switch {
+	case tmpl == nil:
+		c.recorder.Event(d, corev1.EventTypeNormal, "SidecarRemoved", "Removed the envoy sidecar")
+		logger.Info("Removed the envoy sidecar")
+	case injected == "":
+		c.recorder.Eventf(d, corev1.EventTypeNormal, "SidecarInjected", "Injected the envoy sidecar from %s", tmpl.Source)
+		logger.Info("Injected the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
+	default:
+		c.recorder.Eventf(d, corev1.EventTypeNormal, "SidecarUpdated", "Updated the envoy sidecar from %s", tmpl.Source)
+		logger.Info("Updated the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
+	}
+	return nil
+}
