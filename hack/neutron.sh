@@ -13,7 +13,8 @@
 # stderr. A STATE_DIR that already has a database is started again on the
 # same database and port (for outage tests), unless --fresh is given.
 # NEUTRON_PORT chooses the port of a fresh start; by default a free one is
-# picked. If the server of STATE_DIR is already running, start only prints
+# picked. With NEUTRON_WATCH_PID set, the server is stopped once that
+# process is gone (test binaries set it to their own pid). If the server of STATE_DIR is already running, start only prints
 # its URL.
 #
 # stop kills the server and its worker processes and waits for them to be
@@ -25,6 +26,8 @@
 # and copied for each fresh start.
 set -euo pipefail
 
+SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)/$(basename "${BASH_SOURCE[0]}")"
+readonly SCRIPT
 readonly PY=/usr/bin/python3
 readonly DEFAULT_STATE_DIR=/tmp/netop-neutron
 readonly CACHE_DIR="${NETOP_NEUTRON_CACHE:-/var/cache/netop-neutron}"
@@ -115,6 +118,7 @@ EOF
 			rm -f "$tmp"
 			die "could not create the Neutron database schema"
 		fi
+		chmod 0644 "$tmp"
 		mv -f "$tmp" "$db"
 	fi
 	exec {lock}>&-
@@ -289,7 +293,7 @@ cmd_start() {
 	write_config "$dir" "$port"
 
 	local logfile="$dir/neutron-server.log"
-	: >"$logfile"
+	printf -- '---- %s: neutron.sh start\n' "$(date '+%F %T')" >>"$logfile"
 	# Its own session and process group, so that stop kills the workers it
 	# forks too; no inherited stdout, so that a caller reading ours sees EOF.
 	setsid "$PY" -c 'import sys; from neutron.cmd.eventlet.server import main; sys.argv[0] = "neutron-server"; sys.exit(main())' \
@@ -312,7 +316,33 @@ cmd_start() {
 		sleep 0.2
 	done
 	log "neutron-server pid $pid ready on 127.0.0.1:$port (log: $logfile)"
+	if [[ -n "${NEUTRON_WATCH_PID:-}" ]]; then
+		start_watcher "$dir" "$NEUTRON_WATCH_PID"
+	fi
 	printf 'NEUTRON_URL=http://127.0.0.1:%s/\n' "$port"
+}
+
+# start_watcher stops the server of dir once process wpid is gone, so that
+# a test binary killed by its timeout does not leave a server behind.
+start_watcher() {
+	local dir="$1" wpid="$2"
+	[[ "$wpid" =~ ^[0-9]+$ ]] || die "NEUTRON_WATCH_PID '$wpid' is not a pid"
+	stop_watcher "$dir"
+	setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; exec bash "$2" stop "$3"' \
+		neutron-watch "$wpid" "$SCRIPT" "$dir" </dev/null >>"$dir/neutron-server.log" 2>&1 &
+	printf '%s\n' "$!" >"$dir/watcher.pid"
+}
+
+stop_watcher() {
+	local dir="$1" wpid cmdline
+	[[ -s "$dir/watcher.pid" ]] || return 0
+	wpid="$(<"$dir/watcher.pid")"
+	rm -f "$dir/watcher.pid"
+	# Not when the watcher itself runs stop.
+	[[ "$wpid" =~ ^[0-9]+$ && "$wpid" != "$$" ]] || return 0
+	cmdline="$(tr '\0' ' ' <"/proc/$wpid/cmdline" 2>/dev/null || true)"
+	[[ "$cmdline" == *"$dir"* ]] || return 0
+	kill -TERM "$wpid" 2>/dev/null || true
 }
 
 # group_alive is true while a process of process group $1 remains, not
@@ -326,6 +356,7 @@ cmd_stop() {
 	local dir="${1:-$DEFAULT_STATE_DIR}"
 	[[ -d "$dir" ]] || return 0
 	dir="$(cd "$dir" && pwd -P)"
+	stop_watcher "$dir"
 	local pid
 	if ! pid="$(server_pid "$dir")"; then
 		rm -f "$dir/neutron-server.pid"

@@ -37,9 +37,13 @@ type Env struct {
 
 var shared *Env
 
-// Main starts the control plane, runs the tests and stops it. Call it from
-// TestMain: os.Exit(testenv.Main(m)).
-func Main(m *testing.M) int {
+// Setup runs once the control plane is up, before the tests; the function
+// it returns runs after them.
+type Setup func(env *Env) (teardown func(), err error)
+
+// Main starts the control plane, runs setup and the tests, and stops it.
+// Call it from TestMain: os.Exit(testenv.Main(m)).
+func Main(m *testing.M, setup ...Setup) int {
 	dir, err := os.MkdirTemp("", "netop-testenv-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -66,6 +70,16 @@ func Main(m *testing.M) int {
 		Config:       cfg,
 		Kube:         kubernetes.NewForConfigOrDie(cfg),
 		Netop:        versioned.NewForConfigOrDie(cfg),
+	}
+	for _, s := range setup {
+		teardown, err := s(shared)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: setup:", err)
+			return 1
+		}
+		if teardown != nil {
+			defer teardown()
+		}
 	}
 	return m.Run()
 }
@@ -100,6 +114,12 @@ func (e *Env) Namespace(t testing.TB) string {
 	}
 	t.Cleanup(func() {
 		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	// Pods cannot be created before kube-controller-manager has made the
+	// namespace's default ServiceAccount.
+	Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := e.Kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("no default ServiceAccount in %s: %v", ns.Name, err)
 	})
 	return ns.Name
 }

@@ -1,0 +1,107 @@
+// Package admission tests netop's webhooks registered for real with a real
+// API server: every request below goes through kube-apiserver, which calls
+// the webhooks the operator registered, as kubectl's would.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+const operatorNamespace = "netop-system"
+
+// webhookAddr is where the operator's webhook server listens.
+var webhookAddr string
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, startOperator)) }
+
+// startOperator runs one operator, with its webhooks registered, for the
+// whole test binary. Without root there is no backend, and every test skips.
+func startOperator(env *testenv.Env) (func(), error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logFile, err := os.CreateTemp("", "netop-admission-test-*.log")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	ctx = klog.NewContext(ctx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2))))
+	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}, metav1.CreateOptions{}); err != nil {
+		cancel()
+		return nil, err
+	}
+	netns := nettest.NetnsName("netop-a-")
+	certDir, err := os.MkdirTemp("", "netop-webhook-")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	opts := operator.NewOptions()
+	opts.Netns = netns
+	opts.MetricsAddr = "0"
+	opts.WebhookAddr = "127.0.0.1:0"
+	opts.WebhookLocal = true
+	opts.WebhookCertDir = certDir
+	opts.OperatorNamespace = operatorNamespace
+	opts.QPS, opts.Burst = 500, 1000
+	op, err := operator.New(ctx, env.Config, opts, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	teardown := func() {
+		cancel()
+		<-done
+		_ = linux.DeleteNetns(netns)
+		_ = os.RemoveAll(certDir)
+		_ = logFile.Close()
+		_ = os.Remove(logFile.Name())
+	}
+	// Registered and answering: a dry-run of a Network that only the
+	// webhook rejects (the gateway is the network address) is refused.
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Netop.SamplecrdV1().Networks("default").Create(ctx, &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.250.0.0/24", Gateway: "10.250.0.0"},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "admission webhook"), nil
+	})
+	if err != nil {
+		teardown()
+		logs, _ := os.ReadFile(logFile.Name())
+		return nil, fmt.Errorf("webhooks never answered: %w\n%s", err, logs)
+	}
+	vwc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "netop", metav1.GetOptions{})
+	if err != nil {
+		teardown()
+		return nil, err
+	}
+	u, err := url.Parse(*vwc.Webhooks[0].ClientConfig.URL)
+	if err != nil {
+		teardown()
+		return nil, err
+	}
+	webhookAddr = u.Host
+	return teardown, nil
+}
