@@ -1,0 +1,310 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
+
+	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/testenv"
+)
+
+// readExample decodes a manifest from examples/.
+func readExample(t *testing.T, name string, into any) {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		t.Fatalf("examples/%s: %v", name, err)
+	}
+}
+
+func createTemplate(t *testing.T, env *testenv.Env, namespace string) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	readExample(t, "envoy-initializer.yaml", cm)
+	cm, err := env.Kube.CoreV1().ConfigMaps(namespace).Create(t.Context(), cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+// createPod creates a pod, retrying while the webhook's template cache has
+// not caught up with a template made just before (it would skip the pod).
+func createPod(t *testing.T, env *testenv.Env, namespace string, pod *corev1.Pod, wantInjected bool) *corev1.Pod {
+	t.Helper()
+	var created *corev1.Pod
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		p, err := env.Kube.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		injected := slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
+		return injected == wantInjected, fmt.Sprintf("dry run: containers %v, annotations %v", names(p), p.Annotations)
+	})
+	created, err := env.Kube.CoreV1().Pods(namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func names(p *corev1.Pod) []string {
+	var out []string
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func volumeNames(p *corev1.Pod) []string {
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+func tutorialPod(t *testing.T) *corev1.Pod {
+	pod := &corev1.Pod{}
+	readExample(t, "pod.yaml", pod)
+	return pod
+}
+
+// The tutorial: the envoy-initializer ConfigMap and a pod annotated
+// initializer.kubernetes.io/envoy: "true" give [myapp-container envoy] and
+// the template's volume; the same spec created again is not injected twice.
+func TestTutorialEnvoyInjection(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createTemplate(t, env, ns)
+	pod := createPod(t, env, ns, tutorialPod(t), true)
+	if got := strings.Join(names(pod), " "); got != "myapp-container envoy" {
+		t.Fatalf("containers = [%s], want [myapp-container envoy]", got)
+	}
+	if !slices.Contains(volumeNames(pod), "envoy-conf") {
+		t.Fatalf("volumes = %v, want the template's envoy-conf", volumeNames(pod))
+	}
+	if pod.Annotations[envoy.Injected] == "" {
+		t.Fatalf("no %s annotation: %v", envoy.Injected, pod.Annotations)
+	}
+
+	again := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "again", Annotations: pod.Annotations},
+		Spec:       pod.Spec,
+	}
+	again.Spec.NodeName = ""
+	again.Spec.Volumes = slices.DeleteFunc(slices.Clone(again.Spec.Volumes), func(v corev1.Volume) bool { return strings.HasPrefix(v.Name, "kube-api-access") })
+	for i := range again.Spec.Containers {
+		again.Spec.Containers[i].VolumeMounts = slices.DeleteFunc(slices.Clone(again.Spec.Containers[i].VolumeMounts),
+			func(m corev1.VolumeMount) bool { return strings.HasPrefix(m.Name, "kube-api-access") })
+	}
+	second, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), again, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(names(second), " "); got != "myapp-container envoy" {
+		t.Fatalf("an already injected spec created again: containers [%s]", got)
+	}
+}
+
+// A namespace label opts every pod in, a pod annotation "false" opts out,
+// and the template in the operator's namespace serves namespaces without
+// one of their own.
+func TestNamespaceLabelOptInAndPodOptOut(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	if _, err := env.Kube.CoreV1().ConfigMaps(operatorNamespace).Get(t.Context(), envoy.ConfigMapName, metav1.GetOptions{}); err != nil {
+		createTemplate(t, env, operatorNamespace)
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
+		_, err = env.Kube.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "plain"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+	}
+	if got := names(createPod(t, env, ns, plain, true)); strings.Join(got, " ") != "app envoy" {
+		t.Fatalf("labelled namespace: containers %v, want [app envoy]", got)
+	}
+	optOut := plain.DeepCopy()
+	optOut.Name, optOut.Annotations = "opted-out", map[string]string{envoy.OptIn: "false"}
+	if got := names(createPod(t, env, ns, optOut, false)); strings.Join(got, " ") != "app" {
+		t.Fatalf("opted out: containers %v, want [app]", got)
+	}
+}
+
+// A broken template rejects the pods that ask for it, naming the ConfigMap
+// and the problem, with a Warning Event on the ConfigMap; a hostNetwork pod
+// is skipped with the reason in an annotation.
+func TestBrokenTemplateAndSkips(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	broken := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: envoy.ConfigMapName},
+		Data:       map[string]string{envoy.ConfigKey: "containers:\n- name: envoy\n  image: envoy\n  imagePullPolice: Always\n"},
+	}
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), broken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := env.Kube.CoreV1().Pods(ns).Create(ctx, tutorialPod(t), metav1.CreateOptions{})
+		return err != nil && strings.Contains(err.Error(), "ConfigMap "+ns+"/envoy-initializer") && strings.Contains(err.Error(), `unknown field "imagePullPolice"`),
+			fmt.Sprintf("create: %v", err)
+	})
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,involvedObject.name=" + envoy.ConfigMapName})
+		if err != nil || len(events.Items) == 0 {
+			return false, fmt.Sprintf("no event on the ConfigMap: %v", err)
+		}
+		e := events.Items[0]
+		return e.Type == corev1.EventTypeWarning && e.Reason == "InvalidTemplate", fmt.Sprintf("event %s %s", e.Type, e.Reason)
+	})
+
+	host := tutorialPod(t)
+	host.Name, host.Spec.HostNetwork = "host", true
+	pod := createPod(t, env, ns, host, false)
+	if !strings.Contains(pod.Annotations[envoy.Skipped], "hostNetwork") {
+		t.Fatalf("hostNetwork pod: annotations %v, want a skip reason", pod.Annotations)
+	}
+}
+
+// An annotated Deployment gets the template in spec.template; its pods,
+// made by the real kube-controller-manager, carry exactly one envoy even in
+// a namespace where the Pod webhook injects every pod; a template change
+// re-patches the Deployment; removing the annotation removes the sidecar.
+func TestDeploymentInitializedAndRepatched(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createTemplate(t, env, ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
+		_, err = env.Kube.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelsMap := map[string]string{"app": "myapp"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "myapp", Annotations: map[string]string{envoy.OptIn: "true"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptrTo[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labelsMap},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labelsMap},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "myapp-container", Image: "busybox"}}},
+			},
+		},
+	}
+	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate := func(want string, image string) {
+		t.Helper()
+		testenv.Eventually(t, 15*time.Second, func(ctx context.Context) (bool, string) {
+			got, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "myapp", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var cs []string
+			for _, c := range got.Spec.Template.Spec.Containers {
+				cs = append(cs, c.Name+"="+c.Image)
+			}
+			ok := strings.Join(cs, " ") == want
+			if image != "" {
+				ok = ok && strings.Contains(strings.Join(cs, " "), image)
+			}
+			return ok, fmt.Sprintf("deployment containers %v, want %s", cs, want)
+		})
+	}
+	waitTemplate("myapp-container=busybox envoy=lyft/envoy:845747144ad5fa7a4c0d2ac8bd1d8d8bf7ac2a50", "")
+
+	// Pods from the ReplicaSet that kube-controller-manager makes.
+	testenv.Eventually(t, 20*time.Second, func(ctx context.Context) (bool, string) {
+		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labelsMap).String()})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(pods.Items) < 2 {
+			return false, fmt.Sprintf("%d pods", len(pods.Items))
+		}
+		for _, p := range pods.Items {
+			if got := strings.Join(names(&p), " "); got != "myapp-container envoy" {
+				t.Fatalf("pod %s of an initialized Deployment has containers [%s]", p.Name, got)
+			}
+		}
+		return true, ""
+	})
+
+	// A new template: the Deployment is re-patched.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), envoy.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cm.Data[envoy.ConfigKey] = strings.ReplaceAll(cm.Data[envoy.ConfigKey], "lyft/envoy:845747144ad5fa7a4c0d2ac8bd1d8d8bf7ac2a50", "envoyproxy/envoy:v1.31")
+		_, err = env.Kube.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate("myapp-container=busybox envoy=envoyproxy/envoy:v1.31", "")
+
+	// The annotation goes: so does the sidecar.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "myapp", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		delete(got.Annotations, envoy.OptIn)
+		_, err = env.Kube.AppsV1().Deployments(ns).Update(t.Context(), got, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate("myapp-container=busybox", "")
+	got, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "myapp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Template.Spec.Volumes) != 0 || got.Spec.Template.Annotations[envoy.Injected] != "" {
+		t.Fatalf("after removal: volumes %v, annotations %v", got.Spec.Template.Spec.Volumes, got.Spec.Template.Annotations)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
