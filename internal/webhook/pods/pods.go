@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -69,6 +70,13 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 
+	for _, v := range tmpl.Volumes {
+		if slices.ContainsFunc(pod.Spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name }) {
+			// A merge by name would rewrite the pod's own volume.
+			return webhook.Denied(http.StatusConflict, metav1.StatusReasonConflict,
+				fmt.Sprintf("envoy sidecar requested but the pod already has a volume %q, which the template %s also defines", v.Name, tmpl.Source))
+		}
+	}
 	resp, err := inject(pod, tmpl)
 	if err != nil {
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,

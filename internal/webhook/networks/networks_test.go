@@ -1,0 +1,97 @@
+package networks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netop-dev/netop/internal/netspec"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+)
+
+// admissionWith has the given Networks in its cache, as the informer would.
+func admissionWith(t testing.TB, nets ...*samplecrdv1.Network) *Admission {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range nets {
+		if err := indexer.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Admission{Networks: samplecrdlisters.NewNetworkLister(indexer)}
+}
+
+func request(op admissionv1.Operation, n *samplecrdv1.Network) *admissionv1.AdmissionRequest {
+	raw, _ := json.Marshal(n)
+	return &admissionv1.AdmissionRequest{UID: "u", Operation: op, Object: runtime.RawExtension{Raw: raw}}
+}
+
+func FuzzValidateAndDefault(f *testing.F) {
+	for _, s := range [][2]string{{"192.168.0.0/16", "192.168.0.1"}, {"10.1.0.0/16", ""}, {"fd00::/64", "fd00::1"}, {"x", "y"}} {
+		f.Add(s[0], s[1])
+	}
+	existing := &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "existing"},
+		Spec:       samplecrdv1.NetworkSpec{CIDR: "10.0.0.0/16"},
+	}
+	a := admissionWith(f, existing)
+	f.Fuzz(func(t *testing.T, cidr, gateway string) {
+		n := &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway},
+		}
+		resp := a.Validate(context.Background(), request(admissionv1.Create, n))
+		resolved, errs := netspec.Resolve(n.Spec)
+		overlaps := len(errs) == 0 && resolved.Prefix.Overlaps(netipPrefix("10.0.0.0/16"))
+		if resp.Allowed != (len(errs) == 0 && !overlaps) {
+			t.Fatalf("Validate(%q, %q) allowed=%v, resolve errors %v, overlaps %v", cidr, gateway, resp.Allowed, errs, overlaps)
+		}
+		if def := a.Default(context.Background(), request(admissionv1.Create, n)); !def.Allowed {
+			t.Fatalf("Default(%q, %q) refused: %v", cidr, gateway, def.Result)
+		}
+	})
+}
+
+func BenchmarkValidate(b *testing.B) {
+	var nets []*samplecrdv1.Network
+	for i := range 1000 {
+		nets = append(nets, &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("n%d", i)},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", i/256, i%256)},
+		})
+	}
+	a := admissionWith(b, nets...)
+	req := request(admissionv1.Create, &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "new"},
+		Spec:       samplecrdv1.NetworkSpec{CIDR: "172.16.0.0/24", Gateway: "172.16.0.1"},
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := a.Validate(context.Background(), req); !resp.Allowed {
+			b.Fatal(resp.Result)
+		}
+	}
+}
+
+func BenchmarkDefault(b *testing.B) {
+	a := admissionWith(b)
+	req := request(admissionv1.Create, &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "new"},
+		Spec:       samplecrdv1.NetworkSpec{CIDR: "172.16.0.0/24"},
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := a.Default(context.Background(), req); !resp.Allowed {
+			b.Fatal(resp.Result)
+		}
+	}
+}
+
+func netipPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
