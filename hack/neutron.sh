@@ -12,10 +12,10 @@
 # NEUTRON_URL=http://127.0.0.1:PORT/, on stdout; everything else goes to
 # stderr. A STATE_DIR that already has a database is started again on the
 # same database and port (for outage tests), unless --fresh is given.
-# NEUTRON_PORT chooses the port of a fresh start; by default a free one is
-# picked. With NEUTRON_WATCH_PID set, the server is stopped once that
-# process is gone (test binaries set it to their own pid). If the server of STATE_DIR is already running, start only prints
-# its URL.
+# NEUTRON_PORT chooses the port of a fresh start; by default the kernel
+# picks a free one. If the server of STATE_DIR is already running, start
+# only prints its URL. With NEUTRON_WATCH_PID set, the server is stopped
+# once that process is gone (test binaries set it to their own pid).
 #
 # stop kills the server and its worker processes and waits for them to be
 # gone. It is idempotent.
@@ -68,9 +68,12 @@ install_neutron() {
 	log "installing python3-neutron with apt (about a minute, once)"
 	export DEBIAN_FRONTEND=noninteractive
 	local attempt updated=0
+	local -a apt=(apt-get -q -o DPkg::Lock::Timeout=120 -o Acquire::Retries=3)
 	for attempt in 1 2 3; do
-		if [[ "$updated" == 0 ]]; then
-			if apt-get -o DPkg::Lock::Timeout=120 update -q >&2; then
+		# Package lists that already know python3-neutron spare the update
+		# on the first attempt; stale ones make it fail and update next.
+		if [[ "$updated" == 0 ]] && { ((attempt > 1)) || ! apt-cache show python3-neutron >/dev/null 2>&1; }; then
+			if "${apt[@]}" update >&2; then
 				updated=1
 			else
 				log "apt-get update failed (attempt $attempt of 3)"
@@ -79,8 +82,9 @@ install_neutron() {
 			fi
 		fi
 		# A concurrent apt run elsewhere on the machine can make dpkg fail
-		# with "cannot stat .deb"; another attempt then succeeds.
-		if apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends python3-neutron >&2; then
+		# with "cannot stat .deb"; another attempt then succeeds. No fsync
+		# for each file: a crash mid-install is repaired by the next one.
+		if "${apt[@]}" -o Dpkg::Options::=--force-unsafe-io install -y --no-install-recommends python3-neutron >&2; then
 			break
 		fi
 		log "apt-get install python3-neutron failed (attempt $attempt of 3)"
@@ -125,12 +129,35 @@ EOF
 	printf '%s\n' "$db"
 }
 
-free_port() {
-	"$PY" -c 'import socket
+# listen_port prints the TCP port that process pid listens on, if any. It
+# reads /proc rather than relying on ss, which minimal images lack.
+listen_port() {
+	"$PY" - "$1" <<'EOF' 2>/dev/null || true
+import os, sys
+pid = sys.argv[1]
+inodes = set()
+for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        continue
+    if link.startswith("socket:["):
+        inodes.add(link[8:-1])
+with open(f"/proc/{pid}/net/tcp") as f:
+    for line in f.readlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+            print(int(fields[1].split(":")[1], 16))
+            break
+EOF
+}
+
+# port_taken is true when something listens on 127.0.0.1:port.
+port_taken() {
+	! "$PY" -c 'import socket, sys
 s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
 }
 
 write_config() {
@@ -153,8 +180,12 @@ dhcp_agent_notification = false
 notify_nova_on_port_status_changes = false
 notify_nova_on_port_data_changes = false
 # SQLite locks the whole database: concurrent requests end in "database is
-# locked" after a long hang, so requests are served one at a time.
+# locked" after a long hang, so requests are served one at a time. With a
+# single green thread, a client's idle keep-alive connection would hold it
+# and starve every other connection until client_socket_timeout (900 s):
+# close each connection after its response instead.
 wsgi_default_pool_size = 1
+wsgi_keep_alive = false
 debug = false
 use_stderr = true
 
@@ -242,10 +273,11 @@ server_pid() {
 	printf '%s\n' "$pid"
 }
 
+# answers is true when Neutron on port answers an API request.
 answers() {
-	local code
-	code="$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$1/v2.0/networks?limit=1" 2>/dev/null || true)"
-	[[ "$code" == 200 ]]
+	"$PY" -c 'import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2.0/networks?limit=1", timeout=5) as r:
+    sys.exit(r.status != 200)' "$1" 2>/dev/null
 }
 
 cmd_start() {
@@ -270,7 +302,7 @@ cmd_start() {
 	local pid port
 	if pid="$(server_pid "$dir")"; then
 		port="$(<"$dir/port")"
-		if answers "$port"; then
+		if [[ "$(listen_port "$pid")" == "$port" ]] && answers "$port"; then
 			log "already running (pid $pid)"
 			printf 'NEUTRON_URL=http://127.0.0.1:%s/\n' "$port"
 			return 0
@@ -283,8 +315,9 @@ cmd_start() {
 		local db
 		db="$(template_db)"
 		cp -f "$db" "$dir/neutron.sqlite"
-		port="${NEUTRON_PORT:-$(free_port)}"
-		printf '%s\n' "$port" >"$dir/port"
+		# Port 0: the kernel picks a free port as the server binds, so
+		# servers started at once never race for one.
+		port="${NEUTRON_PORT:-0}"
 	else
 		port="$(<"$dir/port")"
 		log "reusing the database and port $port of $dir"
@@ -302,24 +335,41 @@ cmd_start() {
 	pid=$!
 	printf '%s\n' "$pid" >"$dir/neutron-server.pid"
 
-	local deadline=$((SECONDS + READY_TIMEOUT))
-	until answers "$port"; do
+	# Only an answer from a port that this server listens on counts: with
+	# a fixed port, another process may hold it.
+	local deadline=$((SECONDS + READY_TIMEOUT)) actual=""
+	until [[ -n "$actual" ]] && answers "$actual"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
-			tail -n 30 "$logfile" >&2 || true
-			die "neutron-server exited during start-up (log: $logfile)"
+			start_failed "$dir" "$port" "neutron-server exited during start-up"
 		fi
 		if ((SECONDS >= deadline)); then
-			tail -n 30 "$logfile" >&2 || true
-			cmd_stop "$dir"
-			die "neutron-server did not answer on 127.0.0.1:$port within ${READY_TIMEOUT}s (log: $logfile)"
+			start_failed "$dir" "$port" "neutron-server did not answer within ${READY_TIMEOUT}s"
 		fi
 		sleep 0.2
+		actual="$(listen_port "$pid")"
+		if [[ -n "$actual" && "$port" != 0 && "$actual" != "$port" ]]; then
+			cmd_stop "$dir"
+			die "neutron-server listens on port $actual, not $port"
+		fi
 	done
+	port="$actual"
+	printf '%s\n' "$port" >"$dir/port"
 	log "neutron-server pid $pid ready on 127.0.0.1:$port (log: $logfile)"
 	if [[ -n "${NEUTRON_WATCH_PID:-}" ]]; then
 		start_watcher "$dir" "$NEUTRON_WATCH_PID"
 	fi
 	printf 'NEUTRON_URL=http://127.0.0.1:%s/\n' "$port"
+}
+
+# start_failed reports why a start failed, leaving no process behind.
+start_failed() {
+	local dir="$1" port="$2" msg="$3"
+	tail -n 30 "$dir/neutron-server.log" >&2 || true
+	cmd_stop "$dir"
+	if [[ "$port" != 0 ]] && port_taken "$port"; then
+		msg="$msg: another process listens on 127.0.0.1:$port"
+	fi
+	die "$msg (log: $dir/neutron-server.log)"
 }
 
 # start_watcher stops the server of dir once process wpid is gone, so that
@@ -341,14 +391,22 @@ stop_watcher() {
 	# Not when the watcher itself runs stop.
 	[[ "$wpid" =~ ^[0-9]+$ && "$wpid" != "$$" ]] || return 0
 	cmdline="$(tr '\0' ' ' <"/proc/$wpid/cmdline" 2>/dev/null || true)"
-	[[ "$cmdline" == *"$dir"* ]] || return 0
+	[[ "$cmdline" == *" $dir "* ]] || return 0
 	kill -TERM "$wpid" 2>/dev/null || true
 }
 
 # group_alive is true while a process of process group $1 remains, not
-# counting zombies, which only wait for their parent to reap them.
+# counting zombies, which only wait for their parent to reap them. It reads
+# /proc rather than relying on procps, which minimal images lack.
 group_alive() {
-	ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+	local f stat state pgid
+	for f in /proc/[0-9]*/stat; do
+		read -r stat 2>/dev/null <"$f" || continue
+		# The command name, in parentheses, may contain spaces.
+		read -r state _ pgid _ <<<"${stat##*) }"
+		[[ "$pgid" == "$1" && "$state" != Z ]] && return 0
+	done
+	return 1
 }
 
 cmd_stop() {
@@ -380,15 +438,22 @@ cmd_stop() {
 	log "stopped neutron-server pid $pid"
 }
 
-(($# >= 1)) || usage
-case "$1" in
-start)
-	shift
-	cmd_start "$@"
-	;;
-stop)
-	shift
-	cmd_stop "$@"
-	;;
-*) usage ;;
-esac
+main() {
+	(($# >= 1)) || usage
+	case "$1" in
+	start)
+		shift
+		cmd_start "$@"
+		;;
+	stop)
+		shift
+		cmd_stop "$@"
+		;;
+	*) usage ;;
+	esac
+}
+
+# Sourcing the script defines its functions only, for testing them.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	main "$@"
+fi

@@ -238,16 +238,26 @@ func Shared(t testing.TB) *Server {
 // started; it returns the exit code for os.Exit.
 func Main(m *testing.M) int {
 	code := m.Run()
-	shared.Lock()
-	defer shared.Unlock()
-	if shared.srv != nil {
-		if err := shared.srv.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "neutrontest: stop the shared neutron: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-		shared.srv = nil
+	if err := closeShared(); err != nil && code == 0 {
+		code = 1
 	}
 	return code
+}
+
+// CloseShared stops the shared server, if one was started, for test
+// binaries whose TestMain is not Main.
+func CloseShared() { _ = closeShared() }
+
+func closeShared() error {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.srv == nil {
+		return nil
+	}
+	err := shared.srv.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "neutrontest: stop the shared neutron: %v\n", err)
+	}
+	shared.srv = nil
+	return err
 }

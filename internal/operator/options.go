@@ -32,6 +32,13 @@ type Options struct {
 	// Netns is the network namespace the linux backend works in; "" is
 	// the host's.
 	Netns string
+	// NeutronEndpoint is a noauth Neutron URL (development and tests);
+	// empty authenticates with Keystone from OS_* or clouds.yaml.
+	NeutronEndpoint string
+	// NeutronProject owns the networks netop makes in Neutron.
+	NeutronProject string
+	// NeutronCloud names the clouds.yaml entry (default $OS_CLOUD).
+	NeutronCloud string
 
 	// MetricsAddr serves /metrics, /healthz and /readyz; "0" turns it off.
 	MetricsAddr string
@@ -90,7 +97,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Networks reconciled at once.")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "How often the informers resync and the backend is compared with the Networks (orphans swept, missing networks recreated).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Only manage Networks in this namespace (default: all namespaces).")
-	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux.")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux (a bridge per Network) or neutron (an OpenStack Neutron network and subnet).")
+	fs.StringVar(&o.NeutronEndpoint, "neutron-endpoint", o.NeutronEndpoint, "URL of a Neutron API without authentication (noauth), for development and tests. Empty: Keystone from the OS_* variables or clouds.yaml.")
+	fs.StringVar(&o.NeutronProject, "neutron-project", o.NeutronProject, "Neutron project ID that owns netop's networks; required with --neutron-endpoint.")
+	fs.StringVar(&o.NeutronCloud, "neutron-cloud", o.NeutronCloud, "clouds.yaml entry to authenticate with (default $OS_CLOUD).")
 	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
@@ -115,8 +125,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--namespace %q: the admission webhooks check Networks of all namespaces; use --webhook-addr=0 with --namespace", o.Namespace)
 	case o.InitializeWorkloads && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the workload initializer serves all namespaces; use --initialize-workloads=false with --namespace", o.Namespace)
-	case o.Backend != string(samplecrdv1.BackendLinux):
-		return fmt.Errorf("--backend %q is not supported; supported: linux", o.Backend)
+	case o.Backend != string(samplecrdv1.BackendLinux) && o.Backend != string(samplecrdv1.BackendNeutron):
+		return fmt.Errorf("--backend %q is not supported; supported: linux, neutron", o.Backend)
+	case o.Backend == string(samplecrdv1.BackendNeutron) && o.NeutronEndpoint != "" && o.NeutronProject == "":
+		return fmt.Errorf("--neutron-project is required with --neutron-endpoint: Neutron without Keystone needs the project that owns the networks")
 	}
 	return nil
 }

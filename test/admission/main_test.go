@@ -6,8 +6,8 @@ package admission
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -361,6 +361,25 @@ func TestAdoption(t *testing.T) {
 	if len(obs) != 2 {
 		t.Fatalf("ListOwned = %+v", obs)
 	}
+
+	// Two netops raced: the first network made is kept, the other goes.
+	owner3 := newOwner("raced")
+	var made []string
+	for range 2 {
+		n, err := networks.Create(testContext(t), f.b.client, networks.CreateOpts{Name: NetworkName(owner3), Description: Description(owner3), ProjectID: f.project}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, n.ID)
+		time.Sleep(1100 * time.Millisecond) // created_at has whole seconds
+	}
+	st3 := f.ensure(t, network(owner3, "10.62.0.0/24", "10.62.0.1"), nil, backend.ActionUpdated)
+	if st3.NetworkID != made[0] {
+		t.Fatalf("kept %s, want the first made, %s", st3.NetworkID, made[0])
+	}
+	if _, err := networks.Get(testContext(t), f.b.client, made[1]).Extract(); !isNotFound(err) {
+		t.Fatalf("duplicate network %s: %v, want 404", made[1], err)
+	}
 }
 
 // TestNeverTouchesOthers: a recorded ID of another Network's network, or of
@@ -443,6 +462,12 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 		if want := map[*fixture]int{one: 1, many: 20}[f]; len(obs) != want {
 			t.Errorf("ListOwned returned %d networks, want %d", len(obs), want)
 		}
+	}
+
+	// Neutron pages long lists when asked to (or when its operator caps
+	// them); every page is read.
+	if nets, err := many.b.listNetworks(testContext(t), networks.ListOpts{Tags: TagOwned, ProjectID: many.project, Limit: 3}); err != nil || len(nets) != 21 {
+		t.Errorf("paged list: %d networks, %v; want 21", len(nets), err)
 	}
 
 	// A network without its subnet is listed with a zero CIDR.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,12 +101,9 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	_, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(oldObj, newObj any) {
-			// A resync re-delivers unchanged objects; the backend is checked
-			// by the controller's own resync, which costs one list.
-			if oldObj.(*samplecrdv1.Network).ResourceVersion == newObj.(*samplecrdv1.Network).ResourceVersion {
-				return
+			if needsReconcile(oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)) {
+				c.enqueue(newObj)
 			}
-			c.enqueue(newObj)
 		},
 		DeleteFunc: c.enqueue,
 	}, cache.HandlerOptions{Logger: &logger})
@@ -113,6 +111,24 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	return c, nil
+}
+
+// needsReconcile filters update events. A resync re-delivers unchanged
+// objects (same resourceVersion): the backend is checked by the
+// controller's own resync instead, at the cost of one list. And the
+// controller's own status writes come back as updates that change neither
+// spec (generation), deletion nor finalizers: reconciling them again would
+// cost a backend round trip per Network for nothing. A status changed by
+// someone else is still noticed by the resync, which compares it with the
+// backend.
+func needsReconcile(old, cur *samplecrdv1.Network) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return false
+	}
+	return old.Generation != cur.Generation ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		!slices.Equal(old.Finalizers, cur.Finalizers) ||
+		cur.Status.ObservedGeneration != cur.Generation
 }
 
 func (c *Controller) enqueue(obj any) {

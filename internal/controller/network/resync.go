@@ -46,6 +46,7 @@ func (c *Controller) resync(ctx context.Context) {
 			continue
 		}
 		if key, err := cache.MetaNamespaceKeyFunc(n); err == nil {
+			logger.V(2).Info("Backend network differs from the Network; reconciling", "network", key, "observed", observed[n.UID], "status", n.Status.Backend)
 			c.queue.Add(key)
 		}
 	}
