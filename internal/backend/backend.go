@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"net/netip"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -96,4 +97,38 @@ type DriftWatcher interface {
 	// changed or disappeared, until ctx is done. It returns early only
 	// with an error that stops the watch.
 	WatchDrift(ctx context.Context, changed func(Owner)) error
+}
+
+// RecordPrefix begins every ownership record.
+const RecordPrefix = "netop:"
+
+// Record is how a backend writes owner down on what it makes, in a field of
+// at most maxLen bytes (an interface alias, a Neutron description):
+// "netop:<namespace>/<name>/<uid>". The name, then the namespace, is
+// shortened to fit; the UID is kept whole, because ownership is decided by
+// it.
+func (o Owner) Record(maxLen int) string {
+	ns, name, uid := o.Namespace, o.Name, string(o.UID)
+	if over := len(RecordPrefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxLen; over > 0 {
+		cut := min(over, len(name))
+		name = name[:len(name)-cut]
+		over -= cut
+		ns = ns[:len(ns)-min(over, len(ns))]
+	}
+	return RecordPrefix + ns + "/" + name + "/" + uid
+}
+
+// ParseRecord reads what Record wrote, and returns false for anything else.
+// Backends check the UID's form themselves.
+func ParseRecord(s string) (Owner, bool) {
+	rest, ok := strings.CutPrefix(s, RecordPrefix)
+	if !ok {
+		return Owner{}, false
+	}
+	first := strings.IndexByte(rest, '/')
+	last := strings.LastIndexByte(rest, '/')
+	if first < 0 || first == last || last == len(rest)-1 {
+		return Owner{}, false
+	}
+	return Owner{Namespace: rest[:first], Name: rest[first+1 : last], UID: types.UID(rest[last+1:])}, true
 }

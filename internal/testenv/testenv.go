@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
@@ -137,4 +140,44 @@ func Eventually(t testing.TB, timeout time.Duration, cond func(ctx context.Conte
 	if err != nil {
 		t.Fatalf("condition not met within %v: %s", timeout, last)
 	}
+}
+
+// RunOperator runs op until the test ends or stop is called; stop waits
+// for it to return and fails the test on an error.
+func RunOperator(t testing.TB, ctx context.Context, op interface{ Run(context.Context) error }) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// WaitReady waits until the Network's Ready condition has the status and
+// reason for its current generation, and returns the Network.
+func (e *Env) WaitReady(t testing.TB, namespace, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *samplecrdv1.Network {
+	t.Helper()
+	var got *samplecrdv1.Network
+	Eventually(t, timeout, func(ctx context.Context) (bool, string) {
+		n, err := e.Netop.SamplecrdV1().Networks(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = n
+		c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		if c == nil || n.Status.ObservedGeneration != n.Generation {
+			return false, fmt.Sprintf("%s: status %+v, generation %d", name, n.Status, n.Generation)
+		}
+		return c.Status == status && c.Reason == reason, fmt.Sprintf("%s: Ready=%s reason %s: %s", name, c.Status, c.Reason, c.Message)
+	})
+	return got
 }

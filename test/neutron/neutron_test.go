@@ -21,6 +21,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -122,25 +123,12 @@ func newHarness(t *testing.T, srv *neutrontest.Server, resync time.Duration) *ha
 func (h *harness) start() {
 	h.t.Helper()
 	_, ctx := ktesting.NewTestContext(h.t)
-	ctx, cancel := context.WithCancel(ctx)
 	op, err := operator.New(ctx, h.env.Config, h.opts, h.backend)
 	if err != nil {
-		cancel()
 		h.t.Fatal(err)
 	}
 	h.op = op
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	var once sync.Once
-	h.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				h.t.Errorf("operator: %v", err)
-			}
-		})
-	}
-	h.t.Cleanup(h.stop)
+	h.stop = testenv.RunOperator(h.t, ctx, op)
 }
 
 func (h *harness) create(name, cidr, gateway string) {
@@ -156,20 +144,7 @@ func (h *harness) create(name, cidr, gateway string) {
 
 func (h *harness) waitReady(name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *samplecrdv1.Network {
 	h.t.Helper()
-	var got *samplecrdv1.Network
-	testenv.Eventually(h.t, timeout, func(ctx context.Context) (bool, string) {
-		n, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		got = n
-		c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
-		if c == nil || n.Status.ObservedGeneration != n.Generation {
-			return false, fmt.Sprintf("%s: status %+v", name, n.Status)
-		}
-		return c.Status == status && c.Reason == reason, fmt.Sprintf("%s: Ready=%s %s: %s", name, c.Status, c.Reason, c.Message)
-	})
-	return got
+	return h.env.WaitReady(h.t, h.ns, name, status, reason, timeout)
 }
 
 // projectNetworks lists what Neutron holds for the harness's project.
@@ -341,20 +316,38 @@ func TestNeutronIdleResyncRequestBudget(t *testing.T) {
 	for i := range count {
 		h.waitReady(fmt.Sprintf("n%02d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 60*time.Second)
 	}
-	// Once every Network is Ready, a few resyncs settle anything queued.
 	lists := func() float64 { return backendOps(t, h.op, "list") }
-	settle := lists() + 3
-	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) { return lists() >= settle, "waiting for resyncs" })
+	reconciles := func() float64 {
+		return testutil.ToFloat64(h.op.Metrics().ReconcileTotal.WithLabelValues("network", "success"))
+	}
+	// Idle means no reconcile for three resyncs: keys that resyncs marked
+	// while their Networks were still being created are done by then.
+	waitResyncs := func(n float64) {
+		t.Helper()
+		from := lists()
+		testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+			return lists() >= from+n, fmt.Sprintf("waiting for %v resyncs", n)
+		})
+	}
+	for deadline, settled := time.Now().Add(60*time.Second), false; !settled; {
+		if time.Now().After(deadline) {
+			t.Fatal("reconciles did not stop within 60s of every Network being Ready")
+		}
+		r := reconciles()
+		waitResyncs(3)
+		settled = reconciles() == r
+	}
 
-	requests, resyncs := h.requests.n.Load(), lists()
-	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-		return lists() >= resyncs+5, "waiting for five resyncs"
-	})
+	requests, resyncs, before := h.requests.n.Load(), lists(), reconciles()
+	waitResyncs(5)
 	spent := float64(h.requests.n.Load() - requests)
 	done := lists() - resyncs
 	// A resync may be in flight at either end of the window.
 	if spent > budgetPerResync*(done+2) {
 		t.Fatalf("%v Neutron requests over %v idle resyncs of %d Networks; budget %d per resync; last requests:\n%s", spent, done, count, budgetPerResync, h.requests.recent())
+	}
+	if got := reconciles() - before; got != 0 {
+		t.Fatalf("%v reconciles during idle resyncs, want 0", got)
 	}
 	t.Logf("idle resync: %v requests over %v resyncs of %d Networks", spent, done, count)
 }

@@ -29,7 +29,6 @@ const (
 	// clash unlikely; if one happens the alias check refuses it.
 	uidDigits = ifNameSize - len(bridgePrefix)
 
-	aliasPrefix = "netop:"
 	// maxAliasLen is IFALIASZ without the terminating NUL.
 	maxAliasLen = 255
 
@@ -82,34 +81,16 @@ func validUID(uid types.UID) bool {
 // "netop:<namespace>/<name>/<uid>". The name, then the namespace, is
 // shortened to fit the kernel's limit; the UID is kept whole because it is
 // what ownership is decided by.
-func Alias(owner backend.Owner) string {
-	ns, name, uid := owner.Namespace, owner.Name, string(owner.UID)
-	if over := len(aliasPrefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxAliasLen; over > 0 {
-		cut := min(over, len(name))
-		name = name[:len(name)-cut]
-		over -= cut
-		ns = ns[:len(ns)-min(over, len(ns))]
-	}
-	return aliasPrefix + ns + "/" + name + "/" + uid
-}
+func Alias(owner backend.Owner) string { return owner.Record(maxAliasLen) }
 
 // ParseAlias returns the owner recorded in an interface alias made by
 // Alias, and false for any other alias.
 func ParseAlias(alias string) (backend.Owner, bool) {
-	rest, ok := strings.CutPrefix(alias, aliasPrefix)
-	if !ok {
+	owner, ok := backend.ParseRecord(alias)
+	if !ok || !validUID(owner.UID) {
 		return backend.Owner{}, false
 	}
-	first := strings.IndexByte(rest, '/')
-	last := strings.LastIndexByte(rest, '/')
-	if first < 0 || first == last {
-		return backend.Owner{}, false
-	}
-	uid := types.UID(rest[last+1:])
-	if !validUID(uid) {
-		return backend.Owner{}, false
-	}
-	return backend.Owner{Namespace: rest[:first], Name: rest[first+1 : last], UID: uid}, true
+	return owner, true
 }
 
 // Ensure converges the bridge of want.Owner. The bridge is found by its

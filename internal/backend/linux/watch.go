@@ -184,7 +184,7 @@ func ownerOf(link netlink.Link) (backend.Owner, bool) {
 		return backend.Owner{}, false
 	}
 	alias := link.Attrs().Alias
-	if !strings.HasPrefix(alias, aliasPrefix) {
+	if !strings.HasPrefix(alias, backend.RecordPrefix) {
 		return backend.Owner{}, false
 	}
 	return ParseAlias(alias)

@@ -20,8 +20,7 @@ const (
 	// which Network a network belongs to.
 	TagUIDPrefix = "netop-uid="
 
-	descriptionPrefix = "netop:"
-	namePrefix        = "netop-"
+	namePrefix = "netop-"
 
 	// maxNameLen and maxDescriptionLen are Neutron's limits for the name
 	// and description attributes; maxTagLen is its limit for one tag.
@@ -48,34 +47,16 @@ func NetworkName(owner backend.Owner) string {
 // record of its owner, even if netop dies right after creating it. The
 // name, then the namespace, is shortened to fit Neutron's limit; the UID
 // is kept whole because it is what ownership is decided by.
-func Description(owner backend.Owner) string {
-	ns, name, uid := owner.Namespace, owner.Name, string(owner.UID)
-	if over := len(descriptionPrefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxDescriptionLen; over > 0 {
-		cut := min(over, len(name))
-		name = name[:len(name)-cut]
-		over -= cut
-		ns = ns[:len(ns)-min(over, len(ns))]
-	}
-	return descriptionPrefix + ns + "/" + name + "/" + uid
-}
+func Description(owner backend.Owner) string { return owner.Record(maxDescriptionLen) }
 
 // ParseDescription returns the owner recorded by Description, and false
 // for any other description.
 func ParseDescription(desc string) (backend.Owner, bool) {
-	rest, ok := strings.CutPrefix(desc, descriptionPrefix)
-	if !ok {
+	owner, ok := backend.ParseRecord(desc)
+	if !ok || !validUID(owner.UID) {
 		return backend.Owner{}, false
 	}
-	first := strings.IndexByte(rest, '/')
-	last := strings.LastIndexByte(rest, '/')
-	if first < 0 || first == last {
-		return backend.Owner{}, false
-	}
-	uid := types.UID(rest[last+1:])
-	if !validUID(uid) {
-		return backend.Owner{}, false
-	}
-	return backend.Owner{Namespace: rest[:first], Name: rest[first+1 : last], UID: uid}, true
+	return owner, true
 }
 
 // Tags returns the tags of owner's network and subnet.

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,25 +108,12 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	_, ctx := ktesting.NewTestContext(h.t)
-	ctx, cancel := context.WithCancel(ctx)
 	op, err := operator.New(ctx, h.env.Config, h.opts, h.backend)
 	if err != nil {
-		cancel()
 		h.t.Fatal(err)
 	}
 	h.op = op
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	var once sync.Once
-	h.stopOp = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				h.t.Errorf("operator: %v", err)
-			}
-		})
-	}
-	h.t.Cleanup(h.stopOp)
+	h.stopOp = testenv.RunOperator(h.t, ctx, op)
 }
 
 func (h *harness) create(name, cidr, gateway string) *samplecrdv1.Network {
@@ -142,24 +128,9 @@ func (h *harness) create(name, cidr, gateway string) *samplecrdv1.Network {
 	return n
 }
 
-// waitReady waits until the Network's Ready condition has the status and
-// reason, for its current generation, and returns it.
 func (h *harness) waitReady(name string, status metav1.ConditionStatus, reason string) *samplecrdv1.Network {
 	h.t.Helper()
-	var got *samplecrdv1.Network
-	testenv.Eventually(h.t, 15*time.Second, func(ctx context.Context) (bool, string) {
-		n, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		got = n
-		c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
-		if c == nil || n.Status.ObservedGeneration != n.Generation {
-			return false, fmt.Sprintf("status %+v, generation %d", n.Status, n.Generation)
-		}
-		return c.Status == status && c.Reason == reason, fmt.Sprintf("Ready=%s reason %s: %s", c.Status, c.Reason, c.Message)
-	})
-	return got
+	return h.env.WaitReady(h.t, h.ns, name, status, reason, 15*time.Second)
 }
 
 func (h *harness) handle() *netlink.Handle {
