@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -99,7 +100,15 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	}
 	logger := klog.FromContext(ctx)
 	_, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
+		AddFunc: func(obj any) {
+			// At start every Network arrives as an Add. Those that were
+			// converged are checked in bulk by the first resync, with one
+			// backend list, instead of one backend round trip each.
+			if n, ok := obj.(*samplecrdv1.Network); ok && converged(n) {
+				return
+			}
+			c.enqueue(obj)
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			if needsReconcile(oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)) {
 				c.enqueue(newObj)
@@ -129,6 +138,15 @@ func needsReconcile(old, cur *samplecrdv1.Network) bool {
 		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
 		!slices.Equal(old.Finalizers, cur.Finalizers) ||
 		cur.Status.ObservedGeneration != cur.Generation
+}
+
+// converged reports whether n's status says its backend network matched its
+// current spec.
+func converged(n *samplecrdv1.Network) bool {
+	return n.DeletionTimestamp == nil && n.Status.Backend != nil &&
+		n.Status.ObservedGeneration == n.Generation &&
+		slices.Contains(n.Finalizers, samplecrdv1.Finalizer) &&
+		meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady)
 }
 
 func (c *Controller) enqueue(obj any) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 type faultyBackend struct {
 	*linux.Backend
 	fail      atomic.Pointer[error]
+	ensured   sync.Map // UIDs ensured
 	ensures   atomic.Int64
 	mutations atomic.Int64
 	lists     atomic.Int64
@@ -43,6 +45,7 @@ type faultyBackend struct {
 
 func (f *faultyBackend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
 	f.ensures.Add(1)
+	f.ensured.Store(want.UID, true)
 	if err := f.fail.Load(); err != nil {
 		return backend.Result{}, *err
 	}
@@ -435,5 +438,54 @@ func TestResyncIsANoop(t *testing.T) {
 	}
 	if got := h.backend.mutations.Load() - mutations; got != 0 {
 		t.Errorf("%d backend mutations during idle resyncs, want 0", got)
+	}
+}
+
+// A restart of netop with Networks that are already right costs one backend
+// list, no reconcile of each Network and no API write; a bridge changed
+// while netop was down is still repaired by that list.
+func TestRestartOfConvergedNetworksIsCheap(t *testing.T) {
+	h := newHarness(t, time.Hour)
+	h.start()
+	for i := range 5 {
+		h.create(fmt.Sprintf("r%d", i), fmt.Sprintf("10.80.%d.0/24", i), "")
+	}
+	var broken *samplecrdv1.Network
+	for i := range 5 {
+		broken = h.waitReady(fmt.Sprintf("r%d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	}
+	h.stopOp()
+
+	// Behind netop's back: the last bridge loses its address.
+	handle := h.handle()
+	link, err := handle.LinkByName(broken.Status.Backend.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := netlink.ParseAddr("10.80.4.1/24")
+	if err := handle.AddrDel(link, addr); err != nil {
+		t.Fatal(err)
+	}
+
+	h.backend.ensured.Clear()
+	lists := h.backend.lists.Load()
+	h.start()
+	h.waitBridge(broken.Status.Backend.Interface, "10.80.4.1/24")
+	if got := h.backend.lists.Load() - lists; got != 1 {
+		t.Errorf("%d backend lists at start, want 1", got)
+	}
+	h.backend.ensured.Range(func(uid, _ any) bool {
+		if uid != broken.UID {
+			t.Errorf("Network %s was reconciled at restart though it was converged", uid)
+		}
+		return true
+	})
+	m := h.op.Metrics()
+	for _, v := range []string{"post", "put", "patch"} {
+		for _, r := range []string{"networks", "networks/status"} {
+			if got := testutil.ToFloat64(m.APIWrites.WithLabelValues(v, r)); got != 0 {
+				t.Errorf("%v %s %s at restart, want 0", got, v, r)
+			}
+		}
 	}
 }
