@@ -141,6 +141,22 @@ func (t *Template) AlreadyInjected(annotations map[string]string, spec *corev1.P
 	return false
 }
 
+// Clash names a container or volume of the template that spec already has
+// under the same name, or returns "".
+func (t *Template) Clash(spec *corev1.PodSpec) string {
+	for _, c := range t.Containers {
+		if slices.Contains(containerNames(spec.Containers), c.Name) {
+			return fmt.Sprintf("the pod template already has a container %q, which %s also defines", c.Name, t.Source)
+		}
+	}
+	for _, v := range t.Volumes {
+		if slices.Contains(volumeNames(spec.Volumes), v.Name) {
+			return fmt.Sprintf("the pod template already has a volume %q, which %s also defines", v.Name, t.Source)
+		}
+	}
+	return ""
+}
+
 // Patch is the strategic merge patch that injects the template into the
 // pod template found at path (none for a Pod; "spec", "template" for a
 // workload) whose spec is into, recording what was injected in the

@@ -34,7 +34,7 @@ type admission struct {
 
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
-func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface, kubeFactory informers.SharedInformerFactory,
+func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 	templates informers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder) (*admission, error) {
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
@@ -56,12 +56,15 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface, ku
 	netAdmission := &networks.Admission{Networks: networkLister}
 	a.server.Handle(ctx, webhook.PathValidateNetwork, webhook.HandlerFunc(netAdmission.Validate))
 	a.server.Handle(ctx, webhook.PathMutateNetwork, webhook.HandlerFunc(netAdmission.Default))
-	a.server.Handle(ctx, webhook.PathInjectEnvoy, &pods.Injector{
+	injector := pods.Injector{
 		ConfigMaps:        templates.Core().V1().ConfigMaps().Lister(),
-		Namespaces:        kubeFactory.Core().V1().Namespaces().Lister(),
 		OperatorNamespace: o.OperatorNamespace,
 		Recorder:          recorder,
-	})
+	}
+	a.server.Handle(ctx, webhook.PathInjectEnvoy, &injector)
+	namespaceInjector := injector
+	namespaceInjector.NamespaceOptIn = true
+	a.server.Handle(ctx, webhook.PathInjectEnvoyNamespace, &namespaceInjector)
 	return a, nil
 }
 
@@ -89,10 +92,13 @@ func (a *admission) run(ctx context.Context) error {
 	if a.opts.WebhookLocal {
 		target = webhook.Target{URL: "https://" + a.listener.Addr().String()}
 	}
-	if err := webhook.Register(ctx, a.kube, target, a.opts.OperatorNamespace, a.certs.CABundle()); err != nil {
+	register := func(ctx context.Context, caBundle []byte) error {
+		return webhook.Register(ctx, a.kube, target, a.opts.OperatorNamespace, caBundle)
+	}
+	if err := register(ctx, a.certs.CABundle()); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).Info("Admission webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
-	go a.certs.RenewLoop(ctx, time.Hour)
+	go a.certs.RenewLoop(ctx, time.Hour, register)
 	return <-errc
 }

@@ -95,11 +95,15 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
 	op.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
+	fail := func(err error) (*Operator, error) {
+		op.broadcaster.Shutdown()
+		op.close()
+		return nil, err
+	}
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Workers: o.Workers, Resync: o.Resync})
 	if err != nil {
-		op.close()
-		return nil, err
+		return fail(err)
 	}
 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
@@ -108,15 +112,13 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.workloads, err = workload.New(ctx, kube, op.kubeFactory.Apps().V1().Deployments(), op.templates.Core().V1().ConfigMaps(),
 			recorder, op.metrics, o.OperatorNamespace, o.Workers)
 		if err != nil {
-			op.close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, kube, op.kubeFactory, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder)
+		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder)
 		if err != nil {
-			op.close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	return op, nil
@@ -169,6 +171,11 @@ func (op *Operator) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	admissionErr := make(chan error, 1)
+	if op.admission != nil {
+		// Closed by the server's shutdown too; this covers a stop before
+		// the caches synced and the server started.
+		defer func() { _ = op.admission.listener.Close() }()
+	}
 	op.factory.Start(ctx.Done())
 	defer op.factory.Shutdown()
 	op.kubeFactory.Start(ctx.Done())

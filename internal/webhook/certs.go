@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -98,18 +99,30 @@ func (m *CertManager) Ensure(ctx context.Context) error {
 	return nil
 }
 
-// RenewLoop checks the certificate every interval until ctx is done.
-func (m *CertManager) RenewLoop(ctx context.Context, interval time.Duration) {
+// RenewLoop checks the certificate every interval until ctx is done. When
+// the CA itself had to be made anew (its Secret deleted, say), onCAChange
+// gets the new bundle: the webhook configurations must trust it, or the
+// API server can no longer call the webhooks.
+func (m *CertManager) RenewLoop(ctx context.Context, interval time.Duration, onCAChange func(ctx context.Context, caBundle []byte) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	registered := m.CABundle()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := m.Ensure(ctx); err != nil {
-				klog.FromContext(ctx).Error(err, "Renewing the webhook certificate failed; retrying later")
+		}
+		if err := m.Ensure(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Renewing the webhook certificate failed; retrying later")
+			continue
+		}
+		if current := m.CABundle(); !bytes.Equal(registered, current) {
+			if err := onCAChange(ctx, current); err != nil {
+				klog.FromContext(ctx).Error(err, "Registering the new webhook CA failed; retrying later")
+				continue
 			}
+			registered = current
 		}
 	}
 }

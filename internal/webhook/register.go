@@ -18,6 +18,9 @@ const (
 	PathValidateNetwork = "/validate-network"
 	PathMutateNetwork   = "/mutate-network"
 	PathInjectEnvoy     = "/inject-envoy"
+	// PathInjectEnvoyNamespace serves the webhook for labelled namespaces,
+	// whose pods are opted in by the API server's namespaceSelector.
+	PathInjectEnvoyNamespace = "/inject-envoy-namespace"
 )
 
 // ConfigurationName names both webhook configurations.
@@ -90,9 +93,16 @@ func Configurations(target Target, operatorNamespace string, caBundle []byte) (*
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "networks.validate.samplecrd.k8s.io",
-			ClientConfig:            target.client(PathValidateNetwork, caBundle),
-			Rules:                   networkRule,
+			Name:         "networks.validate.samplecrd.k8s.io",
+			ClientConfig: target.client(PathValidateNetwork, caBundle),
+			Rules:        networkRule,
+			// Only spec changes are validated: metadata updates, above all
+			// the controller removing its finalizer, must never depend on
+			// the webhook being up.
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "spec-changed",
+				Expression: "request.operation != 'UPDATE' || object.spec != oldObject.spec",
+			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             &none,
 			TimeoutSeconds:          ptr.To[int32](5),
@@ -113,7 +123,7 @@ func Configurations(target Target, operatorNamespace string, caBundle []byte) (*
 			NamespaceSelector:       notExcluded,
 		}, {
 			Name:          "namespace.envoy.initializer.kubernetes.io",
-			ClientConfig:  target.client(PathInjectEnvoy, caBundle),
+			ClientConfig:  target.client(PathInjectEnvoyNamespace, caBundle),
 			Rules:         podRule,
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			SideEffects:   &none,

@@ -143,3 +143,33 @@ func TestServerTLS(t *testing.T) {
 	}
 	_ = conn.Close()
 }
+
+// A CA made anew (its Secret deleted) is handed over for re-registration,
+// so the API server can keep calling the webhooks.
+func TestRenewLoopReportsANewCA(t *testing.T) {
+	store := &memStore{}
+	m := NewCertManager(store, pki.ServingCert{CommonName: "w", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err := m.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	old := m.CABundle()
+	store.b = nil
+	got := make(chan []byte, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go m.RenewLoop(ctx, 10*time.Millisecond, func(_ context.Context, ca []byte) error {
+		select {
+		case got <- ca:
+		default:
+		}
+		return nil
+	})
+	select {
+	case ca := <-got:
+		if bytes.Equal(ca, old) || !bytes.Equal(ca, m.CABundle()) {
+			t.Fatal("the reported CA is not the new one")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new CA was never reported")
+	}
+}

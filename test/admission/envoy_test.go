@@ -308,3 +308,47 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A Deployment that already has a container named like the template's is
+// not taken over: a Warning Event says why, and its containers stay as
+// they are.
+func TestDeploymentNameConflictIsNotInjected(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createTemplate(t, env, ns)
+	labelsMap := map[string]string{"app": "own-envoy"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-envoy", Annotations: map[string]string{envoy.OptIn: "true"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptrTo[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: labelsMap},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labelsMap},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "my/own-envoy"}}},
+			},
+		},
+	}
+	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=own-envoy"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == "NameConflict" && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, no NameConflict", len(events.Items))
+	})
+	got, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "own-envoy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := got.Spec.Template.Spec.Containers; len(cs) != 1 || cs[0].Image != "my/own-envoy" {
+		t.Fatalf("containers changed: %+v", cs)
+	}
+}

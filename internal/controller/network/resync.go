@@ -67,19 +67,28 @@ func inSync(n *samplecrdv1.Network, observed map[types.UID]backend.Observed) boo
 
 // liveNetworkExists asks the API server whether the owner still exists, for
 // a backend network the cache does not know: the cache may lag behind a
-// create, and deleting a live Network's network would be worse than keeping
-// an orphan until the next resync.
+// create, or this netop may watch one namespace only, and deleting a live
+// Network's network would be worse than keeping an orphan until the next
+// resync. The recorded name may have been shortened to fit, so a miss by
+// name is confirmed by looking for the UID.
 func (c *Controller) liveNetworkExists(ctx context.Context, o backend.Owner) bool {
-	if o.Namespace == "" || o.Name == "" {
-		return false
+	if o.Namespace != "" && o.Name != "" {
+		n, err := c.client.SamplecrdV1().Networks(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		switch {
+		case err == nil && n.UID == o.UID:
+			return true
+		case err != nil && !apierrors.IsNotFound(err):
+			return true // unsure: keep it
+		}
 	}
-	n, err := c.client.SamplecrdV1().Networks(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false
-	case err != nil:
-		return true // unsure: keep it
-	default:
-		return n.UID == o.UID
+	list, err := c.client.SamplecrdV1().Networks(o.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return true
 	}
+	for _, n := range list.Items {
+		if n.UID == o.UID {
+			return true
+		}
+	}
+	return false
 }

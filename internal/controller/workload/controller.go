@@ -221,6 +221,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := json.Unmarshal(modified, stripped); err != nil {
 			return err
 		}
+		if clash := tmpl.Clash(&stripped.Spec.Template.Spec); clash != "" {
+			// Merging by name would take over the workload's own container
+			// or volume, and removing the sidecar later would delete it.
+			c.recorder.Eventf(d, corev1.EventTypeWarning, "NameConflict", "Envoy sidecar not injected: %s", clash)
+			return nil
+		}
 		add, err := tmpl.Patch(&stripped.Spec.Template.Spec, "spec", "template")
 		if err != nil {
 			return err

@@ -107,6 +107,19 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 		return denied
 	}
 	var ops []jsonpatch.Operation
+	if req.Operation == admissionv1.Update && n.Spec.Gateway != "" {
+		// A gateway that was defaulted stays in the spec; when the cidr
+		// moves and the gateway is still the old default, it moves too,
+		// or the user's `kubectl apply` of a new cidr alone would fail.
+		old := &samplecrdv1.Network{}
+		if json.Unmarshal(req.OldObject.Raw, old) == nil && old.Spec.CIDR != n.Spec.CIDR {
+			if oldResolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: old.Spec.CIDR}); len(errs) == 0 && oldResolved.Gateway.String() == n.Spec.Gateway {
+				if resolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: n.Spec.CIDR}); len(errs) == 0 {
+					ops = append(ops, jsonpatch.NewOperation("replace", "/spec/gateway", resolved.Gateway.String()))
+				}
+			}
+		}
+	}
 	if n.Spec.Gateway == "" {
 		// An invalid cidr is left for validation to report.
 		if resolved, errs := netspec.Resolve(n.Spec); len(errs) == 0 {

@@ -95,3 +95,26 @@ func BenchmarkDefault(b *testing.B) {
 }
 
 func netipPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// A defaulted gateway follows a cidr change; a gateway the user chose does
+// not.
+func TestDefaultMovesADefaultedGatewayWithTheCIDR(t *testing.T) {
+	a := admissionWith(t)
+	update := func(oldCIDR, cidr, gateway string) string {
+		old := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: oldCIDR, Gateway: gateway}}
+		cur := old.DeepCopy()
+		cur.Spec.CIDR = cidr
+		req := request(admissionv1.Update, cur)
+		req.OldObject.Raw, _ = json.Marshal(old)
+		return string(a.Default(context.Background(), req).Patch)
+	}
+	if got, want := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.1"), `[{"op":"replace","path":"/spec/gateway","value":"10.2.0.1"}]`; got != want {
+		t.Errorf("defaulted gateway: patch %s, want %s", got, want)
+	}
+	if got := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.7"); got != "" {
+		t.Errorf("chosen gateway: patch %s, want none", got)
+	}
+	if got := update("10.1.0.0/16", "10.1.0.0/16", "10.1.0.1"); got != "" {
+		t.Errorf("unchanged cidr: patch %s, want none", got)
+	}
+}

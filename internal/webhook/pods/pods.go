@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -28,9 +27,14 @@ import (
 type Injector struct {
 	// ConfigMaps needs to hold only the envoy-initializer ConfigMaps.
 	ConfigMaps        corelisters.ConfigMapLister
-	Namespaces        corelisters.NamespaceLister
 	OperatorNamespace string
 	Recorder          record.EventRecorder
+	// NamespaceOptIn is set on the handler behind the webhook that the API
+	// server calls only for pods of labelled namespaces: those pods are
+	// opted in unless annotated "false". Deciding by the API server's
+	// selector, not a cache of namespaces, means a pod created right after
+	// its namespace was labelled is never missed.
+	NamespaceOptIn bool
 }
 
 // Admit handles a Pod CREATE.
@@ -48,6 +52,11 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, podName(pod)))
 
 	if !i.wanted(pod) {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	if pod.Annotations[envoy.Injected] != "" {
+		// Already injected (a pod of an initialized Deployment): left
+		// alone, even if the template has broken since.
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 	if pod.Spec.HostNetwork {
@@ -70,12 +79,9 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 
-	for _, v := range tmpl.Volumes {
-		if slices.ContainsFunc(pod.Spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name }) {
-			// A merge by name would rewrite the pod's own volume.
-			return webhook.Denied(http.StatusConflict, metav1.StatusReasonConflict,
-				fmt.Sprintf("envoy sidecar requested but the pod already has a volume %q, which the template %s also defines", v.Name, tmpl.Source))
-		}
+	if clash := tmpl.Clash(&pod.Spec); clash != "" {
+		// A merge by name would rewrite the pod's own volume.
+		return webhook.Denied(http.StatusConflict, metav1.StatusReasonConflict, "envoy sidecar requested but "+clash)
 	}
 	resp, err := inject(pod, tmpl)
 	if err != nil {
@@ -86,8 +92,8 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	return resp
 }
 
-// wanted reports whether the pod asked for the sidecar: its annotation
-// decides, else its namespace's label.
+// wanted reports whether the pod asked for the sidecar: "false" always opts
+// out; otherwise the namespace's opt-in or the annotation "true".
 func (i *Injector) wanted(pod *corev1.Pod) bool {
 	switch pod.Annotations[envoy.OptIn] {
 	case "true":
@@ -95,8 +101,7 @@ func (i *Injector) wanted(pod *corev1.Pod) bool {
 	case "false":
 		return false
 	}
-	ns, err := i.Namespaces.Get(pod.Namespace)
-	return err == nil && ns.Labels[envoy.NamespaceLabel] == envoy.NamespaceLabelEnabled
+	return i.NamespaceOptIn
 }
 
 // inject merges the template into the pod and answers with the JSON patch

@@ -34,10 +34,8 @@ func injector(t testing.TB) *Injector {
 	if err := cms.Add(cm); err != nil {
 		t.Fatal(err)
 	}
-	nss := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	return &Injector{
 		ConfigMaps: corelisters.NewConfigMapLister(cms),
-		Namespaces: corelisters.NewNamespaceLister(nss),
 		Recorder:   record.NewFakeRecorder(10),
 	}
 }
