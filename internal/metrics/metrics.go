@@ -24,6 +24,7 @@ type Metrics struct {
 	ReconcileTotal    *prometheus.CounterVec
 	ReconcileDuration *prometheus.HistogramVec
 	BackendDuration   *prometheus.HistogramVec
+	BackendChanges    *prometheus.CounterVec
 	APIWrites         *prometheus.CounterVec
 
 	queueDepth          *prometheus.GaugeVec
@@ -53,6 +54,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "backend_operation_duration_seconds",
 			Help: "Time backend operations took, by backend, operation and result.", Buckets: buckets,
 		}, []string{"backend", "operation", "result"}),
+		BackendChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "backend_changes_total",
+			Help: "Backend networks created, updated or deleted, by backend and action.",
+		}, []string{"backend", "action"}),
 		APIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "api_writes_total",
 			Help: "Requests that change state sent to the API server, by verb and resource.",
@@ -85,7 +90,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.APIWrites,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

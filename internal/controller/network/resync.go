@@ -38,7 +38,9 @@ func (c *Controller) resync(ctx context.Context) {
 		logger.Info("Deleting orphaned backend network", "owner", klog.KRef(o.Namespace, o.Name), "uid", o.UID)
 		if err := c.backend.Delete(ctx, o.Owner, &o.Status); err != nil {
 			logger.Error(err, "Deleting orphaned backend network failed", "uid", o.UID)
+			continue
 		}
+		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), "Swept").Inc()
 	}
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv1.Network)

@@ -82,6 +82,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.eventf(n, corev1.EventTypeNormal, "Updated", "Updated %s network %s to %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
 	}
 	if res.Action != backend.ActionNone {
+		c.metrics.BackendChanges.WithLabelValues(string(res.Status.Type), string(res.Action)).Inc()
 		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
 	}
 	n.Status.CIDR = resolved.Prefix.String()
@@ -106,6 +107,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		}
 		return fmt.Errorf("deleting backend network: %w", err)
 	}
+	c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), "Deleted").Inc()
 	c.eventf(n, corev1.EventTypeNormal, "Deleted", "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
 	klog.FromContext(ctx).Info("Backend network deleted")
 	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrdv1.Finalizer }))

@@ -1,0 +1,657 @@
+// Command bench measures netop as a whole: a real control plane, the
+// operator with the linux backend in a throwaway network namespace, and N
+// Networks created at once, timed until every one is Ready. In the same run
+// it measures two reference points: the floor (the same creates and one
+// status write per Network from a bare client-go loop, the least any
+// controller could do) and the tutorial controller's defaults (client-go's
+// 5 QPS / 10 burst, 2 workers, finalizer added by the controller). With
+// --restart it also restarts the controller over N Ready Networks.
+//
+// Run it as root: go run ./test/bench --networks 100
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controlplane"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/webhook"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+)
+
+type config struct {
+	networks, concurrency, workers, burst int
+	qps                                   float32
+	tutorialNetworks                      int
+	skipFloor, skipTutorial, restart      bool
+}
+
+func main() {
+	if os.Getenv("NETOP_BENCH_CONTROLLER") == "1" {
+		os.Exit(runController())
+	}
+	var c config
+	flag.IntVar(&c.networks, "networks", 2000, "Networks to create at once")
+	flag.IntVar(&c.concurrency, "concurrency", 64, "creates in flight at once")
+	flag.IntVar(&c.workers, "workers", 4, "controller workers (and the floor's status writers)")
+	qps := flag.Float64("qps", 100, "controller client QPS (and the floor's)")
+	flag.IntVar(&c.burst, "burst", 200, "controller client burst (and the floor's)")
+	flag.IntVar(&c.tutorialNetworks, "tutorial-networks", 0, "Networks for the tutorial reference (default --networks)")
+	flag.BoolVar(&c.skipFloor, "skip-floor", false, "skip the floor reference")
+	flag.BoolVar(&c.skipTutorial, "skip-tutorial", false, "skip the tutorial reference")
+	flag.BoolVar(&c.restart, "restart", false, "also restart the controller over the Ready Networks")
+	flag.Parse()
+	c.qps = float32(*qps)
+	if c.tutorialNetworks == 0 {
+		c.tutorialNetworks = c.networks
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: run as root: the controller makes real Linux bridges in a throwaway network namespace")
+		os.Exit(2)
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one measured run.
+type result struct {
+	name           string
+	networks       int
+	seconds        float64
+	p50, p99       float64
+	writes         map[string]float64 // "verb resource" → count
+	cpuSeconds     float64
+	peakRSSMiB     float64
+	backendChanges float64
+	syncedSeconds  float64 // restart: start to caches synced
+	settledSeconds float64 // restart: caches synced to first resync done
+}
+
+func (r result) networkWrites() float64 {
+	var n float64
+	for k, v := range r.writes {
+		if strings.HasSuffix(k, " networks") || strings.Contains(k, " networks/") {
+			n += v
+		}
+	}
+	return n
+}
+
+func (r result) eventWrites() float64 {
+	var n float64
+	for k, v := range r.writes {
+		if strings.HasSuffix(k, " events") {
+			n += v
+		}
+	}
+	return n
+}
+
+type bench struct {
+	cfg   config
+	cp    *controlplane.ControlPlane
+	dir   string
+	admin *rest.Config
+	netop versioned.Interface
+	kube  kubernetes.Interface
+	netns string
+}
+
+func run(c config) error {
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(io.Discard))))
+	dir, err := os.MkdirTemp("", "netop-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	fmt.Fprintf(os.Stderr, "starting a control plane in %s\n", dir)
+	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	admin := cp.AdminConfig()
+	admin.QPS, admin.Burst = 5000, 10000
+	if err := install.CRDs(ctx, admin); err != nil {
+		return err
+	}
+	b := &bench{cfg: c, cp: cp, dir: dir, admin: admin,
+		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
+		netns: fmt.Sprintf("netop-bench-%d", os.Getpid())}
+	defer func() { _ = linux.DeleteNetns(b.netns); _ = linux.DeleteNetns(b.netns + "t") }()
+	for _, ns := range []string{"floor", "ours", "tutorial", "netop-system"} {
+		if err := install.Namespace(ctx, admin, ns); err != nil {
+			return err
+		}
+	}
+
+	var floor, ours, tutorial, restart *result
+	if !c.skipFloor {
+		fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", c.networks)
+		if floor, err = b.floor(ctx); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "netop: %d Networks\n", c.networks)
+	ours, err = b.measure(ctx, "netop", "ours", c.networks, 10, controllerArgs{
+		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns,
+	})
+	if err != nil {
+		return fmt.Errorf("netop: %w", err)
+	}
+	if c.restart {
+		fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", c.networks)
+		if restart, err = b.restartRun(ctx, controllerArgs{workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns}); err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+	}
+	// The tutorial had no webhooks; the configurations netop registered
+	// would refuse every create once its server is gone.
+	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
+	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
+	if !c.skipTutorial {
+		fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
+		if tutorial, err = b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, controllerArgs{
+			workers: 2, qps: 5, burst: 10, webhooks: false, netns: b.netns + "t", namespace: "tutorial",
+		}); err != nil {
+			return fmt.Errorf("tutorial: %w", err)
+		}
+	}
+	report(c, floor, ours, tutorial, restart)
+	return nil
+}
+
+// cidr gives Network i of a run its own /24 under first.
+func cidr(first, i int) string {
+	return fmt.Sprintf("%d.%d.%d.0/24", first, i/256, i%256)
+}
+
+// create makes n Networks in namespace with c.concurrency creates in
+// flight and returns when each create was sent.
+func (b *bench) create(ctx context.Context, namespace string, first, n int, created func(*samplecrdv1.Network)) (map[string]time.Time, error) {
+	sent := make(map[string]time.Time, n)
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range b.cfg.concurrency {
+		wg.Go(func() {
+			for i := range work {
+				name := fmt.Sprintf("n%05d", i)
+				start := time.Now()
+				mu.Lock()
+				sent[name] = start
+				mu.Unlock()
+				obj, err := b.netop.SamplecrdV1().Networks(namespace).Create(ctx, &samplecrdv1.Network{
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+					Spec:       samplecrdv1.NetworkSpec{CIDR: cidr(first, i)},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("creating %s: %w", name, err)
+					}
+					mu.Unlock()
+					continue
+				}
+				if created != nil {
+					created(obj)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return sent, firstErr
+}
+
+// floor creates the Networks and writes one status each with a bare
+// client at the controller's rate limits and concurrency.
+func (b *bench) floor(ctx context.Context) (*result, error) {
+	limited := rest.CopyConfig(b.admin)
+	limited.QPS, limited.Burst = b.cfg.qps, b.cfg.burst
+	client := versioned.NewForConfigOrDie(limited)
+	objs := make(chan *samplecrdv1.Network, b.cfg.networks)
+	done := make(map[string]time.Time, b.cfg.networks)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var writeErr error
+	for range b.cfg.workers {
+		wg.Go(func() {
+			for n := range objs {
+				n.Status.ObservedGeneration = n.Generation
+				meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned, Message: "floor"})
+				_, err := client.SamplecrdV1().Networks(n.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{})
+				mu.Lock()
+				if err != nil && writeErr == nil {
+					writeErr = err
+				}
+				done[n.Name] = time.Now()
+				mu.Unlock()
+			}
+		})
+	}
+	start := time.Now()
+	sent, err := b.create(ctx, "floor", 100, b.cfg.networks, func(n *samplecrdv1.Network) { objs <- n })
+	close(objs)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if writeErr != nil {
+		return nil, writeErr
+	}
+	r := &result{name: "floor", networks: b.cfg.networks, writes: map[string]float64{"put networks/status": float64(len(done))}}
+	r.seconds, r.p50, r.p99 = timing(start, sent, done)
+	return r, nil
+}
+
+func timing(start time.Time, sent, ready map[string]time.Time) (total, p50, p99 float64) {
+	var lat []float64
+	last := start
+	for name, at := range ready {
+		if at.After(last) {
+			last = at
+		}
+		lat = append(lat, at.Sub(sent[name]).Seconds())
+	}
+	sort.Float64s(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	return last.Sub(start).Seconds(), pct(0.50), pct(0.99)
+}
+
+// controllerArgs configure a controller child process.
+type controllerArgs struct {
+	workers, burst   int
+	qps              float32
+	webhooks         bool
+	netns, namespace string
+}
+
+type child struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+}
+
+func (b *bench) startController(a controllerArgs) (*child, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(),
+		"NETOP_BENCH_CONTROLLER=1",
+		"NETOP_BENCH_KUBECONFIG="+b.cp.KubeconfigPath,
+		"NETOP_BENCH_ARGS="+strings.Join([]string{
+			"--workers=" + strconv.Itoa(a.workers),
+			"--kube-api-qps=" + strconv.FormatFloat(float64(a.qps), 'f', -1, 32),
+			"--kube-api-burst=" + strconv.Itoa(a.burst),
+			"--netns=" + a.netns,
+			"--namespace=" + a.namespace,
+			"--metrics-addr=" + addr,
+			"--webhooks=" + strconv.FormatBool(a.webhooks),
+			"--cert-dir=" + filepath.Join(b.dir, "webhook"),
+		}, " "))
+	log, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("netop-bench-controller-%d.log", os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, metricsAddr: addr}
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("controller not ready (log: %s): %w", log.Name(), err)
+	}
+	return c, nil
+}
+
+// stop ends the child and returns its CPU seconds and peak RSS in MiB.
+func (c *child) stop() (cpu, rssMiB float64) {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = c.cmd.Wait()
+	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+		rssMiB = float64(ru.Maxrss) / 1024
+	}
+	return cpu, rssMiB
+}
+
+// metrics scrapes the child's counters of interest.
+func (c *child) metrics() (map[string]float64, error) {
+	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	label := func(m *dto.Metric, name string) string {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	for _, m := range families["netop_api_writes_total"].GetMetric() {
+		out[label(m, "verb")+" "+label(m, "resource")] = m.GetCounter().GetValue()
+	}
+	for _, m := range families["netop_backend_changes_total"].GetMetric() {
+		out["backend "+label(m, "action")] += m.GetCounter().GetValue()
+	}
+	for _, m := range families["netop_backend_operation_duration_seconds"].GetMetric() {
+		if label(m, "operation") == "list" {
+			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	for _, m := range families["netop_workqueue_depth"].GetMetric() {
+		if label(m, "name") == "network" {
+			out["queue depth"] = m.GetGauge().GetValue()
+		}
+	}
+	return out, nil
+}
+
+// watchReady records when each Network of namespace first turns Ready.
+func (b *bench) watchReady(ctx context.Context, namespace string) (ready func() map[string]time.Time, stop func(), err error) {
+	var mu sync.Mutex
+	seen := map[string]time.Time{}
+	factory := informers.NewSharedInformerFactoryWithOptions(b.netop, 0, informers.WithNamespace(namespace))
+	record := func(obj any) {
+		n, ok := obj.(*samplecrdv1.Network)
+		if !ok || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+			return
+		}
+		mu.Lock()
+		if _, done := seen[n.Name]; !done {
+			seen[n.Name] = time.Now()
+		}
+		mu.Unlock()
+	}
+	if _, err := factory.Samplecrd().V1().Networks().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, n any) { record(n) },
+	}); err != nil {
+		return nil, nil, err
+	}
+	stopCh := make(chan struct{})
+	factory.Start(stopCh)
+	factory.WaitForCacheSync(stopCh)
+	return func() map[string]time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return copyTimes(seen)
+		}, func() {
+			close(stopCh)
+			factory.Shutdown()
+		}, nil
+}
+
+func copyTimes(m map[string]time.Time) map[string]time.Time {
+	out := make(map[string]time.Time, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// measure runs a controller, creates n Networks and waits until all are
+// Ready.
+func (b *bench) measure(ctx context.Context, name, namespace string, n, first int, a controllerArgs) (*result, error) {
+	ready, stopWatch, err := b.watchReady(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer stopWatch()
+	c, err := b.startController(a)
+	if err != nil {
+		return nil, err
+	}
+	if a.webhooks {
+		if err := b.waitWebhooks(ctx); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	start := time.Now()
+	sent, err := b.create(ctx, namespace, first, n, nil)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	deadline := time.Duration(float64(n)*3/float64(a.qps)*float64(time.Second)) + 2*time.Minute
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, deadline, true, func(context.Context) (bool, error) {
+		return len(ready()) >= n, nil
+	})
+	if err != nil {
+		c.stop()
+		return nil, fmt.Errorf("%d of %d Networks Ready within %v", len(ready()), n, deadline)
+	}
+	r := &result{name: name, networks: n}
+	r.seconds, r.p50, r.p99 = timing(start, sent, ready())
+	r.record(ctx, c)
+	return r, nil
+}
+
+// record counts, once the child's counters stop moving (the last status
+// writes and Events land after the last Ready), its writes and backend
+// changes, then stops it for its CPU time and peak RSS.
+func (r *result) record(ctx context.Context, c *child) {
+	var m map[string]float64
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		prev := m
+		next, err := c.metrics()
+		if err != nil {
+			return false, nil
+		}
+		m = next
+		return prev != nil && fmt.Sprint(prev) == fmt.Sprint(m), nil
+	})
+	r.writes = map[string]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, "backend ") && k != "queue depth" {
+			r.writes[k] = v
+		}
+	}
+	r.backendChanges = m["backend Created"] + m["backend Updated"] + m["backend Deleted"] + m["backend Swept"]
+	r.cpuSeconds, r.peakRSSMiB = c.stop()
+}
+
+// waitWebhooks waits until the webhooks answer: a Network only they refuse
+// is refused.
+func (b *bench) waitWebhooks(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := b.netop.SamplecrdV1().Networks("ours").Create(ctx, &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.255.255.0/24", Gateway: "10.255.255.0"},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "admission webhook"), nil
+	})
+}
+
+// restartRun restarts the controller over the Ready Networks and measures
+// how long it takes to be synced and to finish its first resync, and what
+// it writes and changes meanwhile.
+func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, error) {
+	start := time.Now()
+	c, err := b.startController(a)
+	if err != nil {
+		return nil, err
+	}
+	r := &result{name: "restart", networks: b.cfg.networks, syncedSeconds: time.Since(start).Seconds()}
+	synced := time.Now()
+	var m map[string]float64
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		m, err = c.metrics()
+		return err == nil && m["backend list"] >= 1 && m["queue depth"] == 0, nil
+	})
+	if err != nil {
+		c.stop()
+		return nil, errors.New("the first resync never finished")
+	}
+	r.settledSeconds = time.Since(synced).Seconds()
+	r.record(ctx, c)
+	return r, nil
+}
+
+func report(c config, floor, ours, tutorial, restart *result) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "run\tnetworks\tseconds\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
+	for _, r := range []*result{floor, ours, tutorial} {
+		if r == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, float64(r.networks)/r.seconds,
+			r.p50, r.p99, r.networkWrites()/float64(r.networks), r.eventWrites()/float64(r.networks), r.cpuSeconds, r.peakRSSMiB)
+	}
+	_ = w.Flush()
+	fmt.Println()
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range ours.writes {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	fmt.Println("netop's API writes by verb and resource:")
+	for _, k := range keys {
+		fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
+	}
+	if restart != nil {
+		fmt.Printf("\nrestart over %d Ready Networks: synced %.3f s after start, first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
+			restart.networks, restart.syncedSeconds, restart.settledSeconds, restart.networkWrites()+restart.eventWrites(), restart.backendChanges)
+	}
+	out := map[string]any{
+		"networks":                 ours.networks,
+		"seconds":                  ours.seconds,
+		"networks_per_second":      float64(ours.networks) / ours.seconds,
+		"p50_seconds":              ours.p50,
+		"p99_seconds":              ours.p99,
+		"writes_per_network":       ours.networkWrites() / float64(ours.networks),
+		"event_writes_per_network": ours.eventWrites() / float64(ours.networks),
+		"controller_cpu_seconds":   ours.cpuSeconds,
+		"controller_peak_rss_mib":  ours.peakRSSMiB,
+		"workers":                  c.workers,
+		"qps":                      c.qps,
+		"burst":                    c.burst,
+	}
+	if floor != nil {
+		out["floor_seconds"] = floor.seconds
+		out["ratio_to_floor"] = ours.seconds / floor.seconds
+	}
+	if tutorial != nil {
+		out["tutorial_networks"] = tutorial.networks
+		out["tutorial_seconds"] = tutorial.seconds
+		// Per Network, so that a tutorial run on fewer Networks compares.
+		out["speedup_vs_tutorial"] = (tutorial.seconds / float64(tutorial.networks)) / (ours.seconds / float64(ours.networks))
+	}
+	if restart != nil {
+		out["restart_synced_seconds"] = restart.syncedSeconds
+		out["restart_first_resync_seconds"] = restart.settledSeconds
+		out["restart_writes"] = restart.networkWrites() + restart.eventWrites()
+		out["restart_backend_changes"] = restart.backendChanges
+	}
+	line, _ := json.Marshal(out)
+	fmt.Println(string(line))
+}
+
+// runController is the child process: the operator with the options the
+// parent passed.
+func runController() int {
+	ctx, cancel := signalContext()
+	defer cancel()
+	ctx = klog.NewContext(ctx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(os.Stderr))))
+	cfgPath := os.Getenv("NETOP_BENCH_KUBECONFIG")
+	opts := operator.NewOptions()
+	opts.OperatorNamespace = "netop-system"
+	opts.InitializeWorkloads = false
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	workers := fs.Int("workers", opts.Workers, "")
+	qps := fs.Float64("kube-api-qps", float64(opts.QPS), "")
+	burst := fs.Int("kube-api-burst", opts.Burst, "")
+	netns := fs.String("netns", "", "")
+	namespace := fs.String("namespace", "", "")
+	metricsAddr := fs.String("metrics-addr", "", "")
+	webhooks := fs.Bool("webhooks", true, "")
+	certDir := fs.String("cert-dir", "", "")
+	if err := fs.Parse(strings.Fields(os.Getenv("NETOP_BENCH_ARGS"))); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	opts.Workers, opts.QPS, opts.Burst = *workers, float32(*qps), *burst
+	opts.Netns, opts.Namespace, opts.MetricsAddr = *netns, *namespace, *metricsAddr
+	opts.WebhookAddr, opts.WebhookLocal, opts.WebhookCertDir = "0", true, *certDir
+	if *webhooks {
+		opts.WebhookAddr = "127.0.0.1:0"
+	}
+	cfg, err := (&operator.ClientConfigFlags{Kubeconfig: cfgPath}).RESTConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := operator.Run(ctx, cfg, opts); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
