@@ -93,7 +93,13 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		informers.WithTransform(dropManagedFields))
 	op.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
-	op.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	// Events get a client, and so a rate limiter, of their own: they are
+	// best effort, and must not slow the status writes down.
+	eventClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("event client: %w", err)
+	}
+	op.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
 
 	fail := func(err error) (*Operator, error) {
 		op.broadcaster.Shutdown()

@@ -162,12 +162,6 @@ func run(c config) error {
 	}
 
 	var floor, ours, tutorial, restart *result
-	if !c.skipFloor {
-		fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", c.networks)
-		if floor, err = b.floor(ctx); err != nil {
-			return fmt.Errorf("floor: %w", err)
-		}
-	}
 	fmt.Fprintf(os.Stderr, "netop: %d Networks\n", c.networks)
 	ours, err = b.measure(ctx, "netop", "ours", c.networks, 10, controllerArgs{
 		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns,
@@ -181,10 +175,18 @@ func run(c config) error {
 			return fmt.Errorf("restart: %w", err)
 		}
 	}
-	// The tutorial had no webhooks; the configurations netop registered
-	// would refuse every create once its server is gone.
+	// The configurations netop registered would refuse every create once
+	// its server is gone, and the references have no webhooks.
 	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
 	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
+	// The references run after netop, which watches every namespace and
+	// would otherwise reconcile their Networks too.
+	if !c.skipFloor {
+		fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", c.networks)
+		if floor, err = b.floor(ctx); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+	}
 	if !c.skipTutorial {
 		fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
 		if tutorial, err = b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, controllerArgs{

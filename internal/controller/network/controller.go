@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,6 +59,8 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *metrics.Metrics
 	opts     Options
+	// written holds, by UID, the status last written (writtenStatus).
+	written sync.Map
 }
 
 // New makes a controller on the given informer. Call it before the informer
@@ -114,7 +117,16 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 				c.enqueue(newObj)
 			}
 		},
-		DeleteFunc: c.enqueue,
+		DeleteFunc: func(obj any) {
+			n, ok := obj.(*samplecrdv1.Network)
+			if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+				n, ok = tomb.Obj.(*samplecrdv1.Network)
+			}
+			if ok {
+				c.written.Delete(n.UID)
+			}
+			c.enqueue(obj)
+		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding event handler: %w", err)
