@@ -31,6 +31,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controlplane"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/webhook"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -42,15 +49,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
-
-	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/controlplane"
-	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/webhook"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
 type config struct {
@@ -61,9 +59,6 @@ type config struct {
 }
 
 func main() {
-	if os.Getenv("NETOP_BENCH_CONTROLLER") == "1" {
-		os.Exit(runController())
-	}
 	var c config
 	flag.IntVar(&c.networks, "networks", 2000, "Networks to create at once")
 	flag.IntVar(&c.concurrency, "concurrency", 64, "creates in flight at once")
@@ -124,13 +119,16 @@ func (r result) eventWrites() float64 {
 }
 
 type bench struct {
-	cfg   config
-	cp    *controlplane.ControlPlane
-	dir   string
-	admin *rest.Config
-	netop versioned.Interface
-	kube  kubernetes.Interface
-	netns string
+	// netopBinary is cmd/netop, built for the run: the controller is
+	// measured as it ships, a client-go-only process of its own.
+	netopBinary string
+	cfg         config
+	cp          *controlplane.ControlPlane
+	dir         string
+	admin       *rest.Config
+	netop       versioned.Interface
+	kube        kubernetes.Interface
+	netns       string
 }
 
 func run(c config) error {
@@ -140,6 +138,12 @@ func run(c config) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
+	netopBinary := filepath.Join(dir, "netop")
+	build := exec.Command("go", "build", "-o", netopBinary, "github.com/netop-dev/netop/cmd/netop")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building netop: %w", err)
+	}
 	fmt.Fprintf(os.Stderr, "starting a control plane in %s\n", dir)
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
 	if err != nil {
@@ -151,7 +155,7 @@ func run(c config) error {
 	if err := install.CRDs(ctx, admin); err != nil {
 		return err
 	}
-	b := &bench{cfg: c, cp: cp, dir: dir, admin: admin,
+	b := &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
 		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
 		netns: fmt.Sprintf("netop-bench-%d", os.Getpid())}
 	defer func() { _ = linux.DeleteNetns(b.netns); _ = linux.DeleteNetns(b.netns + "t") }()
@@ -326,20 +330,22 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(),
-		"NETOP_BENCH_CONTROLLER=1",
-		"NETOP_BENCH_KUBECONFIG="+b.cp.KubeconfigPath,
-		"NETOP_BENCH_ARGS="+strings.Join([]string{
-			"--workers=" + strconv.Itoa(a.workers),
-			"--kube-api-qps=" + strconv.FormatFloat(float64(a.qps), 'f', -1, 32),
-			"--kube-api-burst=" + strconv.Itoa(a.burst),
-			"--netns=" + a.netns,
-			"--namespace=" + a.namespace,
-			"--metrics-addr=" + addr,
-			"--webhooks=" + strconv.FormatBool(a.webhooks),
-			"--cert-dir=" + filepath.Join(b.dir, "webhook"),
-		}, " "))
+	args := []string{"run",
+		"--kubeconfig=" + b.cp.KubeconfigPath,
+		"--workers=" + strconv.Itoa(a.workers),
+		"--kube-api-qps=" + strconv.FormatFloat(float64(a.qps), 'f', -1, 32),
+		"--kube-api-burst=" + strconv.Itoa(a.burst),
+		"--netns=" + a.netns,
+		"--namespace=" + a.namespace,
+		"--metrics-addr=" + addr,
+		"--operator-namespace=netop-system",
+		"--initialize-workloads=false",
+		"--webhook-addr=0",
+	}
+	if a.webhooks {
+		args = append(args, "--webhook-addr=127.0.0.1:0", "--webhook-local", "--webhook-cert-dir="+filepath.Join(b.dir, "webhook"))
+	}
+	cmd := exec.Command(b.netopBinary, args...)
 	log, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("netop-bench-controller-%d.log", os.Getpid())))
 	if err != nil {
 		return nil, err
@@ -364,13 +370,22 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 	return c, nil
 }
 
-// stop ends the child and returns its CPU seconds and peak RSS in MiB.
+// stop ends the child and returns its CPU seconds and peak RSS in MiB. The
+// peak comes from VmHWM, which exec resets: rusage's maxrss of a forked
+// child also counts the parent's image it was forked from.
 func (c *child) stop() (cpu, rssMiB float64) {
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+				rssMiB = kb / 1024
+			}
+		}
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	_ = c.cmd.Wait()
 	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-		rssMiB = float64(ru.Maxrss) / 1024
 	}
 	return cpu, rssMiB
 }
@@ -615,45 +630,4 @@ func report(c config, floor, ours, tutorial, restart *result) {
 	}
 	line, _ := json.Marshal(out)
 	fmt.Println(string(line))
-}
-
-// runController is the child process: the operator with the options the
-// parent passed.
-func runController() int {
-	ctx, cancel := signalContext()
-	defer cancel()
-	ctx = klog.NewContext(ctx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(os.Stderr))))
-	cfgPath := os.Getenv("NETOP_BENCH_KUBECONFIG")
-	opts := operator.NewOptions()
-	opts.OperatorNamespace = "netop-system"
-	opts.InitializeWorkloads = false
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	workers := fs.Int("workers", opts.Workers, "")
-	qps := fs.Float64("kube-api-qps", float64(opts.QPS), "")
-	burst := fs.Int("kube-api-burst", opts.Burst, "")
-	netns := fs.String("netns", "", "")
-	namespace := fs.String("namespace", "", "")
-	metricsAddr := fs.String("metrics-addr", "", "")
-	webhooks := fs.Bool("webhooks", true, "")
-	certDir := fs.String("cert-dir", "", "")
-	if err := fs.Parse(strings.Fields(os.Getenv("NETOP_BENCH_ARGS"))); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	opts.Workers, opts.QPS, opts.Burst = *workers, float32(*qps), *burst
-	opts.Netns, opts.Namespace, opts.MetricsAddr = *netns, *namespace, *metricsAddr
-	opts.WebhookAddr, opts.WebhookLocal, opts.WebhookCertDir = "0", true, *certDir
-	if *webhooks {
-		opts.WebhookAddr = "127.0.0.1:0"
-	}
-	cfg, err := (&operator.ClientConfigFlags{Kubeconfig: cfgPath}).RESTConfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := operator.Run(ctx, cfg, opts); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
