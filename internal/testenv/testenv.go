@@ -38,60 +38,72 @@ type Env struct {
 	Netop  versioned.Interface
 }
 
-var shared *Env
+var (
+	startOnce sync.Once
+	shared    *Env
+	startErr  error
+	setups    []Setup
+	cleanups  []func()
+)
 
-// Setup runs once the control plane is up, before the tests; the function
-// it returns runs after them.
+// Setup runs once the control plane is up, before the first test that uses
+// it; the function it returns runs after all tests.
 type Setup func(env *Env) (teardown func(), err error)
 
-// Main starts the control plane, runs setup and the tests, and stops it.
-// Call it from TestMain: os.Exit(testenv.Main(m)).
+// Main runs the tests and then stops the control plane, if a test started
+// it. Call it from TestMain: os.Exit(testenv.Main(m)). The control plane
+// starts on the first Get, so benchmarks and unit tests of the same binary
+// neither wait for it nor measure it.
 func Main(m *testing.M, setup ...Setup) int {
+	setups = setup
+	code := m.Run()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	return code
+}
+
+func start() (*Env, error) {
 	dir, err := os.MkdirTemp("", "netop-testenv-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		return 1
+		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
 	ctx := context.Background()
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv: starting control plane:", err)
-		return 1
+		return nil, fmt.Errorf("starting control plane: %w", err)
 	}
-	defer cp.Stop()
-
+	cleanups = append(cleanups, cp.Stop)
 	cfg := cp.AdminConfig()
 	cfg.QPS, cfg.Burst = 1000, 2000
 	if err := install.CRDs(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		return 1
+		return nil, err
 	}
-	shared = &Env{
+	env := &Env{
 		ControlPlane: cp,
 		Config:       cfg,
 		Kube:         kubernetes.NewForConfigOrDie(cfg),
 		Netop:        versioned.NewForConfigOrDie(cfg),
 	}
-	for _, s := range setup {
-		teardown, err := s(shared)
+	for _, s := range setups {
+		teardown, err := s(env)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "testenv: setup:", err)
-			return 1
+			return nil, fmt.Errorf("setup: %w", err)
 		}
 		if teardown != nil {
-			defer teardown()
+			cleanups = append(cleanups, teardown)
 		}
 	}
-	return m.Run()
+	return env, nil
 }
 
-// Get returns the test binary's environment.
+// Get returns the test binary's environment, starting it on first use.
 func Get(t testing.TB) *Env {
 	t.Helper()
-	if shared == nil {
-		t.Fatal("testenv: no control plane; call testenv.Main from TestMain")
+	startOnce.Do(func() { shared, startErr = start() })
+	if startErr != nil {
+		t.Fatalf("testenv: %v", startErr)
 	}
 	return shared
 }

@@ -183,6 +183,17 @@ func run(c config) error {
 	// its server is gone, and the references have no webhooks.
 	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
 	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
+	// The API server notices the deletion through a watch: wait until a
+	// create no longer calls the webhooks.
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := b.netop.SamplecrdV1().Networks("floor").Create(ctx, &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.255.255.0/24"},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	}); err != nil {
+		return errors.New("netop's webhooks were still called after their configurations were deleted")
+	}
 	// The references run after netop, which watches every namespace and
 	// would otherwise reconcile their Networks too.
 	if !c.skipFloor {
