@@ -5,7 +5,7 @@ GO ?= go
 KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
 LDFLAGS := -s -w -X github.com/netop-dev/netop/internal/version.Version=$(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build test verify codegen vet fmt-check verify-codegen verify-consumer clean
+.PHONY: all build test test-faults bench verify codegen vet fmt-check verify-codegen verify-consumer clean
 
 all: build
 
@@ -16,6 +16,18 @@ build:
 # Tests run against a real control plane and, as root, real kernel bridges.
 test:
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The fault suite: SIGKILL during mass create and delete (several rounds,
+# random kill points), the API server restarted under the controller, a slow
+# failing backend, and Neutron going down mid-creation.
+test-faults:
+	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
+	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
+	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/
+
+# The whole-system benchmark (as root); see BENCHMARKS.md.
+bench:
+	$(GO) run ./test/bench
 
 codegen:
 	hack/update-codegen.sh
@@ -29,7 +41,19 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-verify-codegen:
+verify-# The fault suite: SIGKILL during mass create and delete (several rounds,
+# random kill points), the API server restarted under the controller, a slow
+# failing backend, and Neutron going down mid-creation.
+test-faults:
+	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
+	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
+	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/
+
+# The whole-system benchmark (as root); see BENCHMARKS.md.
+bench:
+	$(GO) run ./test/bench
+
+codegen:
 	hack/verify-codegen.sh
 
 verify-consumer:

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,60 +31,85 @@ func (s *standalone) kill(t *testing.T) {
 
 // SIGKILL in the middle of creating and of deleting many Networks, then a
 // restart on the same data directory: the bridges end up exactly the
-// Networks that exist, none leaked and none missing.
+// Networks that exist, none leaked and none missing. make test-faults runs
+// it bigger (NETOP_FAULT_NETWORKS, NETOP_FAULT_ROUNDS).
 func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 	nettest.RequireRoot(t)
-	const networks = 60
+	networks, rounds := envInt(t, "NETOP_FAULT_NETWORKS", 60), envInt(t, "NETOP_FAULT_ROUNDS", 1)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("%d rounds of %d Networks, random seed %d", rounds, networks, seed)
 	netns := nettest.NetnsName("netop-k-")
 	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
 	dataDir := t.TempDir()
 	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0 --webhook-addr 127.0.0.1:0"
 
 	sa := startStandaloneWith(t, args)
-	nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+	for round := range rounds {
+		nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
 
-	// Create in parallel and kill while that goes on.
-	var wg sync.WaitGroup
-	var created sync.Map
-	for i := range networks {
-		wg.Go(func() {
-			name := fmt.Sprintf("n%03d", i)
-			_, err := nets.Create(context.Background(), &samplecrdv1.Network{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250)},
-			}, metav1.CreateOptions{})
-			if err == nil {
-				created.Store(name, true)
-			}
-		})
-	}
-	waitReadyCount(t, nets, networks/3)
-	sa.kill(t)
-	wg.Wait()
-	t.Logf("killed during creation; %d creates went through", count(&created))
-
-	sa = startStandaloneWith(t, args)
-	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
-	converged(t, nets, netns)
-
-	// Delete half and kill while the finalizers are being processed.
-	list, err := nets.List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, n := range list.Items {
-		if i%2 == 0 {
-			wg.Go(func() { _ = nets.Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+		// Create in parallel and kill once a random share is Ready.
+		var wg sync.WaitGroup
+		var created sync.Map
+		for i := range networks {
+			wg.Go(func() {
+				g := round*networks + i
+				name := fmt.Sprintf("r%d-n%03d", round, i)
+				_, err := nets.Create(context.Background(), &samplecrdv1.Network{
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+					Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+g/250, g%250)},
+				}, metav1.CreateOptions{})
+				if err == nil {
+					created.Store(name, true)
+				}
+			})
 		}
-	}
-	wg.Wait()
-	sa.kill(t)
-	t.Logf("killed during deletion of %d Networks", (len(list.Items)+1)/2)
+		killAt := networks/5 + rng.IntN(networks*3/5+1)
+		waitReadyCount(t, nets, fmt.Sprintf("r%d-", round), killAt)
+		sa.kill(t)
+		wg.Wait()
+		t.Logf("round %d: killed with %d+ Ready during creation; %d creates went through", round, killAt, count(&created))
 
-	sa = startStandaloneWith(t, args)
-	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
-	converged(t, nets, netns)
+		sa = startStandaloneWith(t, args)
+		nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+		converged(t, nets, netns)
+
+		// Delete half and kill after a random delay while the finalizers
+		// are being processed.
+		list, err := nets.List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleting := 0
+		for i, n := range list.Items {
+			if i%2 == 0 {
+				deleting++
+				wg.Go(func() { _ = nets.Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+			}
+		}
+		wg.Wait()
+		delay := time.Duration(rng.IntN(300)) * time.Millisecond
+		time.Sleep(delay) // where the kill lands, not synchronisation
+		sa.kill(t)
+		t.Logf("round %d: killed %v into the deletion of %d of %d Networks", round, delay, deleting, len(list.Items))
+
+		sa = startStandaloneWith(t, args)
+		converged(t, client(t, sa.kubeconfig).SamplecrdV1().Networks("default"), netns)
+	}
 	sa.stop(t)
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }
 
 func count(m *sync.Map) int {
@@ -94,7 +122,7 @@ type networkLister interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*samplecrdv1.NetworkList, error)
 }
 
-func waitReadyCount(t *testing.T, nets networkLister, want int) {
+func waitReadyCount(t *testing.T, nets networkLister, prefix string, want int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := nets.List(ctx, metav1.ListOptions{})
@@ -103,7 +131,7 @@ func waitReadyCount(t *testing.T, nets networkLister, want int) {
 		}
 		ready := 0
 		for _, n := range list.Items {
-			if n.Status.Backend != nil {
+			if n.Status.Backend != nil && strings.HasPrefix(n.Name, prefix) {
 				ready++
 			}
 		}
