@@ -22,9 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
 
+	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/operator"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -152,6 +155,18 @@ func Eventually(t testing.TB, timeout time.Duration, cond func(ctx context.Conte
 	if err != nil {
 		t.Fatalf("condition not met within %v: %s", timeout, last)
 	}
+}
+
+// StartOperator configures an operator for cfg with the backend be, logging
+// to the test, and runs it until the test ends or stop is called.
+func StartOperator(t testing.TB, cfg *rest.Config, opts *operator.Options, be backend.Backend) (op *operator.Operator, stop func()) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	op, err := operator.New(ctx, cfg, opts, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op, RunOperator(t, ctx, op)
 }
 
 // RunOperator runs op until the test ends or stop is called; stop waits

@@ -218,17 +218,7 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	labelsMap := map[string]string{"app": "myapp"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "myapp", Annotations: map[string]string{envoy.OptIn: "true"}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptrTo[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labelsMap},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labelsMap},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "myapp-container", Image: "busybox"}}},
-			},
-		},
-	}
+	d := annotatedDeployment("myapp", 2, corev1.Container{Name: "myapp-container", Image: "busybox"})
 	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +299,22 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// annotatedDeployment asks for the sidecar; its pods are labelled app=name.
+func annotatedDeployment(name string, replicas int32, container corev1.Container) *appsv1.Deployment {
+	labelsMap := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{envoy.OptIn: "true"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptrTo(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labelsMap},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labelsMap},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{container}},
+			},
+		},
+	}
+}
+
 // A Deployment that already has a container named like the template's is
 // not taken over: a Warning Event says why, and its containers stay as
 // they are.
@@ -317,18 +323,7 @@ func TestDeploymentNameConflictIsNotInjected(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	createTemplate(t, env, ns)
-	labelsMap := map[string]string{"app": "own-envoy"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "own-envoy", Annotations: map[string]string{envoy.OptIn: "true"}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptrTo[int32](0),
-			Selector: &metav1.LabelSelector{MatchLabels: labelsMap},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labelsMap},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "my/own-envoy"}}},
-			},
-		},
-	}
+	d := annotatedDeployment("own-envoy", 0, corev1.Container{Name: "envoy", Image: "my/own-envoy"})
 	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
@@ -120,13 +119,7 @@ func TestAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lb.Close()
-	_, ctx := ktesting.NewTestContext(t)
-	op, err := operator.New(ctx, cp.AdminConfig(), options(netns), lb)
-	if err != nil {
-		cp.Stop()
-		t.Fatal(err)
-	}
-	stop := testenv.RunOperator(t, ctx, op)
+	op, stop := testenv.StartOperator(t, cp.AdminConfig(), options(netns), lb)
 	client := versioned.NewForConfigOrDie(cp.AdminConfig())
 	for i := range 20 {
 		create(t, client, fmt.Sprintf("before-%02d", i), fmt.Sprintf("10.60.%d.0/24", i))
@@ -182,12 +175,8 @@ func TestSlowFailingBackendBacksOff(t *testing.T) {
 	cp := controlPlane(t, t.TempDir())
 	defer cp.Stop()
 	be := &failing{latency: 200 * time.Millisecond}
-	_, ctx := ktesting.NewTestContext(t)
-	op, err := operator.New(ctx, cp.AdminConfig(), options(""), be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testenv.RunOperator(t, ctx, op)()
+	_, stop := testenv.StartOperator(t, cp.AdminConfig(), options(""), be)
+	defer stop()
 	client := versioned.NewForConfigOrDie(cp.AdminConfig())
 	const networks = 3
 	for i := range networks {

@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
@@ -122,13 +121,7 @@ func newHarness(t *testing.T, srv *neutrontest.Server, resync time.Duration) *ha
 
 func (h *harness) start() {
 	h.t.Helper()
-	_, ctx := ktesting.NewTestContext(h.t)
-	op, err := operator.New(ctx, h.env.Config, h.opts, h.backend)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.op = op
-	h.stop = testenv.RunOperator(h.t, ctx, op)
+	h.op, h.stop = testenv.StartOperator(h.t, h.env.Config, h.opts, h.backend)
 }
 
 func (h *harness) create(name, cidr, gateway string) {

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
@@ -110,13 +109,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 // start runs the operator until stop or the end of the test.
 func (h *harness) start() {
 	h.t.Helper()
-	_, ctx := ktesting.NewTestContext(h.t)
-	op, err := operator.New(ctx, h.env.Config, h.opts, h.backend)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.op = op
-	h.stopOp = testenv.RunOperator(h.t, ctx, op)
+	h.op, h.stopOp = testenv.StartOperator(h.t, h.env.Config, h.opts, h.backend)
 }
 
 func (h *harness) create(name, cidr, gateway string) *samplecrdv1.Network {
