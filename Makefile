@@ -23,7 +23,7 @@ test:
 test-faults:
 	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
 	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
-	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/
+	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./cmd/netop-standalone/
 
 # The whole-system benchmark (as root); see BENCHMARKS.md.
 bench:
@@ -47,7 +47,7 @@ verify-# The fault suite: SIGKILL during mass create and delete (several rounds,
 test-faults:
 	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
 	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
-	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/
+	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./cmd/netop-standalone/
 
 # The whole-system benchmark (as root); see BENCHMARKS.md.
 bench:

@@ -14,11 +14,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/neutrontest"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -188,4 +191,88 @@ func short(uids []string) string {
 		s = append(s, u[:8])
 	}
 	return strings.Join(s, " ")
+}
+
+// SIGKILL with the Neutron backend, and Neutron itself going down in the
+// middle: after both are back, Neutron holds exactly one network per
+// Network, none leaked, none missing, none duplicated.
+func TestSIGKILLWithNeutronOutage(t *testing.T) {
+	neutrontest.Require(t)
+	srv, err := neutrontest.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	networks := envInt(t, "NETOP_FAULT_NETWORKS", 30)
+	project := fmt.Sprintf("kill%d", time.Now().UnixNano())
+	be, err := neutronbackend.New(context.Background(), neutronbackend.Config{Endpoint: srv.URL, ProjectID: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := "--data-dir " + t.TempDir() + " --backend neutron --neutron-endpoint " + srv.URL + " --neutron-project " + project +
+		" --resync 2s --metrics-addr 0 --webhook-addr 127.0.0.1:0"
+	sa := startStandaloneWith(t, args)
+	nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+	var wg sync.WaitGroup
+	for i := range networks {
+		wg.Go(func() {
+			_, _ = nets.Create(context.Background(), &samplecrdv1.Network{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%03d", i)},
+				Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 120+i/250, i%250)},
+			}, metav1.CreateOptions{})
+		})
+	}
+	waitReadyCount(t, nets, "n", networks/3)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	sa.kill(t)
+	t.Logf("Neutron stopped with %d+ of %d Networks Ready, then netop killed", networks/3, networks)
+
+	sa = startStandaloneWith(t, args)
+	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
+	// Delete a third while Neutron is still down, then bring it back.
+	list, err := nets.List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range list.Items {
+		if i%3 == 0 {
+			_ = nets.Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		}
+	}
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		want = want[:0]
+		for _, n := range list.Items {
+			if n.DeletionTimestamp != nil || n.Status.Backend == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+				return false, nil
+			}
+			want = append(want, string(n.UID))
+		}
+		owned, err := be.ListOwned(ctx)
+		if err != nil {
+			return false, nil
+		}
+		got = got[:0]
+		for _, o := range owned {
+			got = append(got, string(o.UID))
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		return slices.Equal(want, got), nil
+	})
+	if err != nil {
+		t.Fatalf("Neutron never matched the Networks: %d Networks, %d Neutron networks", len(want), len(got))
+	}
+	t.Logf("converged after the outage and the kill: %d Networks, %d Neutron networks, none leaked, missing or duplicated", len(want), len(got))
+	sa.stop(t)
 }

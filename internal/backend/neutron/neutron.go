@@ -27,6 +27,7 @@ package neutron
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -122,10 +123,18 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 
 	if err := extensions.Get(ctx, b.client, tagExtension).Err; err != nil {
-		if isNotFound(err) {
+		var code gophercloud.ErrUnexpectedResponseCode
+		switch {
+		case isNotFound(err):
 			return nil, fmt.Errorf("neutron at %s lacks the %s API extension, which netop needs to mark the networks it makes", b.client.Endpoint, tagExtension)
+		case errors.As(err, &code) && code.Actual < 500:
+			// Neutron answered, and refused: wrong endpoint or credentials.
+			return nil, wrap(err, "reach neutron at %s", b.client.Endpoint)
+		default:
+			// Down or failing: not a reason to keep netop down too. Every
+			// Network will say BackendError until Neutron is back.
+			logger.Error(err, "Neutron is not answering at start; netop retries", "endpoint", b.client.Endpoint)
 		}
-		return nil, wrap(err, "reach neutron at %s", b.client.Endpoint)
 	}
 	logger.V(2).Info("Neutron backend ready", "endpoint", b.client.Endpoint, "project", b.project)
 	return b, nil
