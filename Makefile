@@ -21,7 +21,7 @@ test:
 # random kill points), the API server restarted under the controller, a slow
 # failing backend, and Neutron going down mid-creation.
 test-faults:
-	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
+	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILLDuringCreate' ./cmd/netop-standalone/
 	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
 	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./cmd/netop-standalone/
 
@@ -45,7 +45,7 @@ verify-# The fault suite: SIGKILL during mass create and delete (several rounds,
 # random kill points), the API server restarted under the controller, a slow
 # failing backend, and Neutron going down mid-creation.
 test-faults:
-	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILL' ./cmd/netop-standalone/
+	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILLDuringCreate' ./cmd/netop-standalone/
 	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
 	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./cmd/netop-standalone/
 
