@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -22,6 +19,7 @@ import (
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/neutrontest"
+	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -145,8 +143,8 @@ func waitReadyCount(t *testing.T, nets networkLister, prefix string, want int) {
 	}
 }
 
-// converged waits until every Network is Ready and no deleting one is left,
-// then checks that the bridges are exactly those of the Networks.
+// converged waits until every Network is Ready and the bridges are exactly
+// theirs.
 func converged(t *testing.T, nets networkLister, netns string) {
 	t.Helper()
 	lb, err := linux.New(context.Background(), linux.Config{Netns: netns})
@@ -154,43 +152,15 @@ func converged(t *testing.T, nets networkLister, netns string) {
 		t.Fatal(err)
 	}
 	defer lb.Close()
-	var want, got []string
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := nets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		want = want[:0]
-		for _, n := range list.Items {
-			if n.DeletionTimestamp != nil || n.Status.Backend == nil || n.Status.ObservedGeneration != n.Generation {
-				return false, nil
-			}
-			want = append(want, string(n.UID))
-		}
-		owned, err := lb.ListOwned(ctx)
-		if err != nil {
-			return false, err
-		}
-		got = got[:0]
-		for _, o := range owned {
-			got = append(got, string(o.UID))
-		}
-		slices.Sort(want)
-		slices.Sort(got)
-		return slices.Equal(want, got), nil
+	var networks, bridges int
+	testenv.Eventually(t, 90*time.Second, func(ctx context.Context) (bool, string) {
+		var ok bool
+		networks, bridges, ok = testenv.BackendMatches(ctx, func(ctx context.Context) (*samplecrdv1.NetworkList, error) {
+			return nets.List(ctx, metav1.ListOptions{})
+		}, lb)
+		return ok, fmt.Sprintf("%d Networks, %d bridges", networks, bridges)
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatalf("bridges never matched the Networks: %d Networks %v, %d bridges %v", len(want), short(want), len(got), short(got))
-	}
-	t.Logf("converged: %d Networks, %d bridges, none leaked or missing", len(want), len(got))
-}
-
-func short(uids []string) string {
-	var s []string
-	for _, u := range uids {
-		s = append(s, u[:8])
-	}
-	return strings.Join(s, " ")
+	t.Logf("converged: %d Networks, %d bridges, none leaked or missing", networks, bridges)
 }
 
 // SIGKILL with the Neutron backend, and Neutron itself going down in the
@@ -245,34 +215,14 @@ func TestSIGKILLWithNeutronOutage(t *testing.T) {
 	if err := srv.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var want, got []string
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := nets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		want = want[:0]
-		for _, n := range list.Items {
-			if n.DeletionTimestamp != nil || n.Status.Backend == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
-				return false, nil
-			}
-			want = append(want, string(n.UID))
-		}
-		owned, err := be.ListOwned(ctx)
-		if err != nil {
-			return false, nil
-		}
-		got = got[:0]
-		for _, o := range owned {
-			got = append(got, string(o.UID))
-		}
-		slices.Sort(want)
-		slices.Sort(got)
-		return slices.Equal(want, got), nil
+	var left, owned int
+	testenv.Eventually(t, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		var ok bool
+		left, owned, ok = testenv.BackendMatches(ctx, func(ctx context.Context) (*samplecrdv1.NetworkList, error) {
+			return nets.List(ctx, metav1.ListOptions{})
+		}, be)
+		return ok, fmt.Sprintf("%d Networks, %d Neutron networks", left, owned)
 	})
-	if err != nil {
-		t.Fatalf("Neutron never matched the Networks: %d Networks, %d Neutron networks", len(want), len(got))
-	}
-	t.Logf("converged after the outage and the kill: %d Networks, %d Neutron networks, none leaked, missing or duplicated", len(want), len(got))
+	t.Logf("converged after the outage and the kill: %d Networks, %d Neutron networks, none leaked, missing or duplicated", left, owned)
 	sa.stop(t)
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -207,4 +208,37 @@ func (e *Env) WaitReady(t testing.TB, namespace, name string, status metav1.Cond
 		return c.Status == status && c.Reason == reason, fmt.Sprintf("%s: Ready=%s reason %s: %s", name, c.Status, c.Reason, c.Message)
 	})
 	return got
+}
+
+// BackendMatches reports whether every Network is converged (not being
+// deleted, Ready for its generation, with backend IDs) and the backend owns
+// exactly their networks, with the counts for messages: the property every
+// crash and outage test ends on.
+func BackendMatches(ctx context.Context, list func(context.Context) (*samplecrdv1.NetworkList, error),
+	be interface {
+		ListOwned(context.Context) ([]backend.Observed, error)
+	}) (networks, owned int, ok bool) {
+	nets, err := list(ctx)
+	if err != nil {
+		return 0, 0, false
+	}
+	var want, got []string
+	converged := true
+	for _, n := range nets.Items {
+		if n.DeletionTimestamp != nil || n.Status.Backend == nil || n.Status.ObservedGeneration != n.Generation ||
+			!meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+			converged = false
+		}
+		want = append(want, string(n.UID))
+	}
+	observed, err := be.ListOwned(ctx)
+	if err != nil {
+		return len(want), 0, false
+	}
+	for _, o := range observed {
+		got = append(got, string(o.UID))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	return len(want), len(got), converged && slices.Equal(want, got)
 }

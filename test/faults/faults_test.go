@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,28 +77,12 @@ func wait(t *testing.T, timeout time.Duration, f func(ctx context.Context) error
 func converged(t *testing.T, client versioned.Interface, lb *linux.Backend) (networks int) {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
-		list, err := client.SamplecrdV1().Networks("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		var want, got []string
-		for _, n := range list.Items {
-			if n.DeletionTimestamp != nil || n.Status.Backend == nil || n.Status.ObservedGeneration != n.Generation {
-				return false, fmt.Sprintf("%s not converged", n.Name)
-			}
-			want = append(want, string(n.UID))
-		}
-		owned, err := lb.ListOwned(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, o := range owned {
-			got = append(got, string(o.UID))
-		}
-		slices.Sort(want)
-		slices.Sort(got)
-		networks = len(want)
-		return slices.Equal(want, got), fmt.Sprintf("%d Networks, %d bridges", len(want), len(got))
+		var bridges int
+		var ok bool
+		networks, bridges, ok = testenv.BackendMatches(ctx, func(ctx context.Context) (*samplecrdv1.NetworkList, error) {
+			return client.SamplecrdV1().Networks("default").List(ctx, metav1.ListOptions{})
+		}, lb)
+		return ok, fmt.Sprintf("%d Networks, %d bridges", networks, bridges)
 	})
 	return networks
 }
