@@ -203,7 +203,8 @@ func (op *Operator) Run(ctx context.Context) error {
 		op.synced.Store(true)
 		if op.admission != nil {
 			// Webhooks answer from the caches: serve only once they are full.
-			if err := op.admission.run(ctx); err != nil {
+			// A stop while registering is a stop, not a failure.
+			if err := op.admission.run(ctx); err != nil && ctx.Err() == nil {
 				admissionErr <- err
 				cancel()
 			}
