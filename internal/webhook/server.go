@@ -58,8 +58,7 @@ func (s *Server) Handle(ctx context.Context, path string, h Handler) {
 	s.mux.Handle(path, ReviewHandler(ctx, h))
 }
 
-// Run listens on addr and serves until ctx is done. ready is called with the
-// address once the listener is open.
+// Run serves on l until ctx is done.
 func (s *Server) Run(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.mux,
@@ -70,7 +69,6 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: s.certs.GetCertificate,
 		},
-		ErrorLog: nil,
 	}
 	go func() {
 		<-ctx.Done()

@@ -134,18 +134,7 @@ func TestNamespaceLabelOptInAndPodOptOut(t *testing.T) {
 	if _, err := env.Kube.CoreV1().ConfigMaps(operatorNamespace).Get(t.Context(), envoy.ConfigMapName, metav1.GetOptions{}); err != nil {
 		createTemplate(t, env, operatorNamespace)
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
-		_, err = env.Kube.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enableNamespace(t, env, ns)
 	plain := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "plain"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
@@ -205,18 +194,7 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	createTemplate(t, env, ns)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
-		_, err = env.Kube.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enableNamespace(t, env, ns)
 	labelsMap := map[string]string{"app": "myapp"}
 	d := annotatedDeployment("myapp", 2, corev1.Container{Name: "myapp-container", Image: "busybox"})
 	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
@@ -260,7 +238,7 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 	})
 
 	// A new template: the Deployment is re-patched.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), envoy.ConfigMapName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -298,6 +276,23 @@ func TestDeploymentInitializedAndRepatched(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// enableNamespace opts every pod of ns in with the namespace label.
+func enableNamespace(t *testing.T, env *testenv.Env, ns string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
+		_, err = env.Kube.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // annotatedDeployment asks for the sidecar; its pods are labelled app=name.
 func annotatedDeployment(name string, replicas int32, container corev1.Container) *appsv1.Deployment {

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -468,19 +469,11 @@ func (b *bench) watchReady(ctx context.Context, namespace string) (ready func() 
 	return func() map[string]time.Time {
 			mu.Lock()
 			defer mu.Unlock()
-			return copyTimes(seen)
+			return maps.Clone(seen)
 		}, func() {
 			close(stopCh)
 			factory.Shutdown()
 		}, nil
-}
-
-func copyTimes(m map[string]time.Time) map[string]time.Time {
-	out := make(map[string]time.Time, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // measure runs a controller, creates n Networks and waits until all are
