@@ -20,7 +20,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
@@ -48,7 +47,7 @@ type Backend struct {
 	// subscriptions are opened in the same namespace as the handle, even
 	// if the name is deleted or reused meanwhile.
 	ns     netns.NsHandle
-	handle *netlink.Handle
+	handle *handle
 	// nl is handle, behind an interface so that tests can see which
 	// netlink calls an operation makes.
 	nl        netlinkOps
@@ -103,9 +102,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}
 
-	// Only rtnetlink is needed; the default also opens xfrm, netfilter
-	// and generic netlink sockets.
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := newHandle(ns)
 	if err != nil {
 		_ = ns.Close()
 		return nil, fmt.Errorf("open netlink in network namespace %q: %w", cfg.Netns, err)

@@ -780,6 +780,80 @@ func TestNetnsLifecycle(t *testing.T) {
 	}
 }
 
+// TestAddrListOfOneLink checks that the backend's address list of one link
+// equals netlink's own, and that the kernel, not a filter in Go, left out
+// the addresses of every other link.
+func TestAddrListOfOneLink(t *testing.T) {
+	e := newTestEnv(t)
+	if e.b.handle.addrDump == nil {
+		t.Skip("this kernel has no NETLINK_GET_STRICT_CHK; AddrList falls back to the full dump")
+	}
+	links := make([]netlink.Link, 20)
+	for i := range links {
+		links[i] = &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("addrs%d", i), Flags: net.FlagUp}}
+		e.addLink(t, links[i], "")
+		for _, cidr := range []string{fmt.Sprintf("10.9.%d.1/24", i), fmt.Sprintf("fd00:9:%x::1/64", i)} {
+			addr, err := netlink.ParseAddr(cidr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr.Flags = unix.IFA_F_NODAD
+			if err := e.hand.AddrAdd(links[i], addr); err != nil {
+				t.Fatalf("add %s: %v", cidr, err)
+			}
+		}
+	}
+	// A point-to-point address, whose local and peer addresses differ.
+	peer, err := netlink.ParseAddr("10.8.0.1/32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer.Peer = &net.IPNet{IP: net.ParseIP("10.8.0.2").To4(), Mask: net.CIDRMask(30, 32)}
+	if err := e.hand.AddrAdd(links[0], peer); err != nil {
+		t.Fatalf("add peer address: %v", err)
+	}
+
+	// What the backend uses of an address.
+	key := func(a netlink.Addr) string {
+		return fmt.Sprintf("%s peer=%v link=%d scope=%d flags=%#x", a.IPNet, a.Peer, a.LinkIndex, a.Scope, a.Flags)
+	}
+	for _, link := range []netlink.Link{links[0], links[7]} {
+		want, err := e.hand.AddrList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.b.handle.AddrList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			t.Fatalf("AddrList(%s): %v", link.Attrs().Name, err)
+		}
+		wantKeys, gotKeys := make([]string, len(want)), make([]string, len(got))
+		for i := range want {
+			wantKeys[i] = key(want[i])
+		}
+		for i := range got {
+			gotKeys[i] = key(got[i])
+		}
+		slices.Sort(wantKeys)
+		slices.Sort(gotKeys)
+		if !slices.Equal(gotKeys, wantKeys) {
+			t.Errorf("AddrList(%s):\n got %q\nwant %q", link.Attrs().Name, gotKeys, wantKeys)
+		}
+	}
+	if n := e.b.handle.foreign.Load(); n != 0 {
+		t.Errorf("the kernel returned %d addresses of other links: the dump was not filtered by index", n)
+	}
+
+	// A link that is gone is an error, not an empty list that would make
+	// Ensure add an address to nothing.
+	gone := links[19]
+	if err := e.hand.LinkDel(gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.handle.AddrList(gone, netlink.FAMILY_ALL); err == nil {
+		t.Errorf("AddrList of a deleted link succeeded")
+	}
+}
+
 func TestBridgeName(t *testing.T) {
 	tests := map[types.UID]string{
 		"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0": "netop0f1e2d3c4b",
@@ -883,18 +957,30 @@ func BenchmarkEnsureCreate(b *testing.B) {
 	}
 }
 
+// BenchmarkEnsureNoop checks an unchanged bridge, alone and among 2000
+// others with addresses: the cost must not grow with the number of bridges.
 func BenchmarkEnsureNoop(b *testing.B) {
-	e := newTestEnv(b)
-	ctx := testContext(b)
-	want := network(b, "bench", "10.0.0.0/16", "10.0.0.1")
-	if _, err := e.b.Ensure(ctx, want, nil); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		res, err := e.b.Ensure(ctx, want, nil)
-		if err != nil || res.Action != backend.ActionNone {
-			b.Fatalf("Ensure = %v, %v", res.Action, err)
-		}
+	for _, others := range []int{0, 2000} {
+		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
+			e := newTestEnv(b)
+			ctx := testContext(b)
+			for i := range others {
+				other := network(b, fmt.Sprintf("other%d", i), fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256), fmt.Sprintf("10.%d.%d.1", 100+i/256, i%256))
+				if _, err := e.b.Ensure(ctx, other, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			want := network(b, "bench", "10.0.0.0/16", "10.0.0.1")
+			if _, err := e.b.Ensure(ctx, want, nil); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				res, err := e.b.Ensure(ctx, want, nil)
+				if err != nil || res.Action != backend.ActionNone {
+					b.Fatalf("Ensure = %v, %v", res.Action, err)
+				}
+			}
+		})
 	}
 }
 
