@@ -173,14 +173,19 @@ func (t *Template) Patch(into *corev1.PodSpec, path ...string) ([]byte, error) {
 		spec["$setElementOrder/volumes"] = elementOrder(volumeNames(into.Volumes), volumes)
 	}
 	podTemplate := map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{
-			Injected:           t.Hash,
-			InjectedContainers: strings.Join(containers, ","),
-			InjectedVolumes:    strings.Join(volumes, ","),
-		}},
-		"spec": spec,
+		"metadata": map[string]any{"annotations": t.Annotations()},
+		"spec":     spec,
 	}
 	return json.Marshal(nest(podTemplate, path))
+}
+
+// Annotations are what an injection of t records on the pod template.
+func (t *Template) Annotations() map[string]string {
+	return map[string]string{
+		Injected:           t.Hash,
+		InjectedContainers: strings.Join(containerNames(t.Containers), ","),
+		InjectedVolumes:    strings.Join(volumeNames(t.Volumes), ","),
+	}
 }
 
 // RemovalPatch is the strategic merge patch that takes out what the

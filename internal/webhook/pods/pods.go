@@ -1,15 +1,18 @@
 // Package pods injects the Envoy sidecar into Pods that ask for it: the
 // tutorial's annotation initializer.kubernetes.io/envoy: "true", or every
 // pod of a namespace labelled initializer.kubernetes.io/envoy=enabled. The
-// template is merged with a strategic merge patch and the answer is the
-// JSON patch of the difference. A pod is never injected twice.
+// answer is a JSON patch that appends the template's containers and volumes
+// to the pod's, as the strategic merge the workload initializer uses would.
+// A pod is never injected twice.
 package pods
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -42,8 +45,8 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	pod := &corev1.Pod{}
-	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
 		return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding Pod: %v", err))
 	}
 	if pod.Namespace == "" {
@@ -83,13 +86,51 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		// A merge by name would rewrite the pod's own volume.
 		return webhook.Denied(http.StatusConflict, metav1.StatusReasonConflict, "envoy sidecar requested but "+clash)
 	}
-	resp, err := inject(pod, tmpl)
-	if err != nil {
-		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
-			fmt.Sprintf("injecting the envoy sidecar from %s: %v", tmpl.Source, err))
-	}
+	resp := inject(pod, tmpl)
 	logger.V(1).Info("Injected envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	return resp
+}
+
+// decodePod decodes the part of a Pod that the injector reads: names,
+// annotations, hostNetwork, and the names of containers and volumes. Not
+// decoding the rest (env, probes, managedFields) is most of the speed of
+// admitting a big pod.
+func decodePod(raw []byte) (*corev1.Pod, error) {
+	type named struct {
+		Name string `json:"name"`
+	}
+	var view struct {
+		Metadata struct {
+			Name         string            `json:"name"`
+			GenerateName string            `json:"generateName"`
+			Namespace    string            `json:"namespace"`
+			Annotations  map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec struct {
+			HostNetwork bool    `json:"hostNetwork"`
+			Containers  []named `json:"containers"`
+			Volumes     []named `json:"volumes"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &view); err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:         view.Metadata.Name,
+			GenerateName: view.Metadata.GenerateName,
+			Namespace:    view.Metadata.Namespace,
+			Annotations:  view.Metadata.Annotations,
+		},
+		Spec: corev1.PodSpec{HostNetwork: view.Spec.HostNetwork},
+	}
+	for _, c := range view.Spec.Containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name})
+	}
+	for _, v := range view.Spec.Volumes {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name})
+	}
+	return pod, nil
 }
 
 // wanted reports whether the pod asked for the sidecar: "false" always opts
@@ -104,42 +145,54 @@ func (i *Injector) wanted(pod *corev1.Pod) bool {
 	return i.NamespaceOptIn
 }
 
-// inject merges the template into the pod and answers with the JSON patch
-// of the difference. managedFields are dropped before diffing: they are
-// often most of the object and never change here.
-func inject(pod *corev1.Pod, tmpl *envoy.Template) (*admissionv1.AdmissionResponse, error) {
-	pod.ManagedFields = nil
-	original, err := json.Marshal(pod)
-	if err != nil {
-		return nil, err
-	}
-	patch, err := tmpl.Patch(&pod.Spec)
-	if err != nil {
-		return nil, err
-	}
-	merged, err := envoy.Merge(original, corev1.Pod{}, patch)
-	if err != nil {
-		return nil, err
-	}
-	ops, err := jsonpatch.CreatePatch(original, merged)
-	if err != nil {
-		return nil, fmt.Errorf("diffing the merged pod: %w", err)
-	}
-	return webhook.Patched(ops), nil
+// inject answers with the JSON patch that appends the template's containers
+// and volumes to the pod's and records the injection in its annotations.
+// That is exactly what the strategic merge of tmpl.Patch gives, because
+// Clash has ruled out names the pod already has
+// (TestInjectEqualsStrategicMerge holds the two together); it is built
+// directly because merging and diffing a 64 KB pod took about 8 ms.
+func inject(pod *corev1.Pod, tmpl *envoy.Template) *admissionv1.AdmissionResponse {
+	ops := addAnnotations(nil, pod.Annotations, tmpl.Annotations())
+	ops = appendItems(ops, "/spec/containers", len(pod.Spec.Containers), tmpl.Containers)
+	ops = appendItems(ops, "/spec/volumes", len(pod.Spec.Volumes), tmpl.Volumes)
+	return webhook.Patched(ops)
 }
 
 // skip admits the pod unchanged but for an annotation that says why it got
 // no sidecar.
 func skip(pod *corev1.Pod, reason string) *admissionv1.AdmissionResponse {
-	var op jsonpatch.Operation
-	if len(pod.Annotations) == 0 {
-		op = jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{envoy.Skipped: reason})
-	} else {
-		op = jsonpatch.NewOperation("add", "/metadata/annotations/"+jsonPointerEscape(envoy.Skipped), reason)
-	}
-	resp := webhook.Patched([]jsonpatch.Operation{op})
+	resp := webhook.Patched(addAnnotations(nil, pod.Annotations, map[string]string{envoy.Skipped: reason}))
 	resp.Warnings = []string{"envoy sidecar not injected: " + reason}
 	return resp
+}
+
+// addAnnotations appends the operations that set the annotations add on an
+// object that has the annotations have.
+func addAnnotations(ops []jsonpatch.Operation, have, add map[string]string) []jsonpatch.Operation {
+	if len(have) == 0 {
+		// There may be no annotations object to add members to.
+		return append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", add))
+	}
+	for _, key := range slices.Sorted(maps.Keys(add)) {
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+jsonPointerEscape(key), add[key]))
+	}
+	return ops
+}
+
+// appendItems appends the operations that add items after the have
+// elements of the list at path.
+func appendItems[T any](ops []jsonpatch.Operation, path string, have int, items []T) []jsonpatch.Operation {
+	switch {
+	case len(items) == 0:
+		return ops
+	case have == 0:
+		// There may be no list to append to.
+		return append(ops, jsonpatch.NewOperation("add", path, items))
+	}
+	for _, item := range items {
+		ops = append(ops, jsonpatch.NewOperation("add", path+"/-", item))
+	}
+	return ops
 }
 
 func jsonPointerEscape(s string) string {
