@@ -26,6 +26,7 @@ type Metrics struct {
 	BackendDuration   *prometheus.HistogramVec
 	BackendChanges    *prometheus.CounterVec
 	APIWrites         *prometheus.CounterVec
+	Startup           *prometheus.GaugeVec
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -62,6 +63,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "api_writes_total",
 			Help: "Requests that change state sent to the API server, by verb and resource.",
 		}, []string{"verb", "resource"}),
+		Startup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "startup_seconds",
+			Help: "Seconds from the start of the operator to each startup phase: networks_listed (the initial list of Networks has arrived), caches_synced (every informer is synced and /readyz says ok).",
+		}, []string{"phase"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -90,7 +95,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

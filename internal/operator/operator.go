@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -56,6 +58,11 @@ type Operator struct {
 	backend     backend.Backend
 	close       func()
 	synced      atomic.Bool
+	// started is when Run began, and listed records once, for the startup
+	// metrics, when the first Network of the initial list reached the
+	// cache.
+	started time.Time
+	listed  sync.Once
 }
 
 // New configures an operator for the cluster of cfg. be is the backend to
@@ -91,6 +98,19 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	op.factory = informers.NewSharedInformerFactoryWithOptions(client, o.Resync,
 		informers.WithNamespace(o.Namespace),
 		informers.WithTransform(dropManagedFields))
+	// The informer hands the initial list on only once it has arrived
+	// whole (a streamed one included), so its first Add marks the list's
+	// end.
+	if _, err := op.factory.Samplecrd().V1().Networks().Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(_ any, initial bool) {
+			if initial {
+				op.listed.Do(op.recordListed)
+			}
+		},
+	}); err != nil {
+		op.close()
+		return nil, fmt.Errorf("watch the initial list of Networks: %w", err)
+	}
 	op.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
 	// Events get a client, and so a rate limiter, of their own: they are
@@ -156,6 +176,11 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// recordListed records the end of the initial list of Networks.
+func (op *Operator) recordListed() {
+	op.metrics.Startup.WithLabelValues("networks_listed").Set(time.Since(op.started).Seconds())
+}
+
 // Metrics returns the operator's metrics.
 func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 
@@ -163,6 +188,7 @@ func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 func (op *Operator) Run(ctx context.Context) error {
 	defer op.close()
 	defer op.broadcaster.Shutdown()
+	op.started = time.Now()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting netop", "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
 
@@ -200,7 +226,10 @@ func (op *Operator) Run(ctx context.Context) error {
 				}
 			}
 		}
+		op.listed.Do(op.recordListed) // no Networks: listed when synced
+		op.metrics.Startup.WithLabelValues("caches_synced").Set(time.Since(op.started).Seconds())
 		op.synced.Store(true)
+		logger.Info("Caches synced", "after", time.Since(op.started))
 		if op.admission != nil {
 			// Webhooks answer from the caches: serve only once they are full.
 			// A stop while registering is a stop, not a failure.

@@ -97,6 +97,9 @@ type result struct {
 	backendChanges float64
 	syncedSeconds  float64 // restart: start to caches synced
 	settledSeconds float64 // restart: caches synced to first resync done
+	// restart, as the controller measured them from its start: the initial
+	// list of Networks, and caches synced after it.
+	listSeconds, syncedAfterListSeconds float64
 }
 
 func (r result) networkWrites() float64 {
@@ -434,6 +437,9 @@ func (c *child) metrics() (map[string]float64, error) {
 			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
+	for _, m := range families["netop_startup_seconds"].GetMetric() {
+		out["startup "+label(m, "phase")] = m.GetGauge().GetValue()
+	}
 	for _, m := range families["netop_workqueue_depth"].GetMetric() {
 		if label(m, "name") == "network" {
 			out["queue depth"] = m.GetGauge().GetValue()
@@ -530,7 +536,7 @@ func (r *result) record(ctx context.Context, c *child) {
 	})
 	r.writes = map[string]float64{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, "backend ") && k != "queue depth" {
+		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" {
 			r.writes[k] = v
 		}
 	}
@@ -571,6 +577,8 @@ func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, erro
 		return nil, errors.New("the first resync never finished")
 	}
 	r.settledSeconds = time.Since(synced).Seconds()
+	r.listSeconds = m["startup networks_listed"]
+	r.syncedAfterListSeconds = m["startup caches_synced"] - m["startup networks_listed"]
 	r.record(ctx, c)
 	return r, nil
 }
@@ -599,8 +607,9 @@ func report(c config, floor, ours, tutorial, restart *result) {
 		fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
 	}
 	if restart != nil {
-		fmt.Printf("\nrestart over %d Ready Networks: synced %.3f s after start, first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
-			restart.networks, restart.syncedSeconds, restart.settledSeconds, restart.networkWrites()+restart.eventWrites(), restart.backendChanges)
+		fmt.Printf("\nrestart over %d Ready Networks: synced %.3f s after start (the initial list took %.3f s, synced %.3f s after it), first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
+			restart.networks, restart.syncedSeconds, restart.listSeconds, restart.syncedAfterListSeconds, restart.settledSeconds,
+			restart.networkWrites()+restart.eventWrites(), restart.backendChanges)
 	}
 	out := map[string]any{
 		"networks":                 ours.networks,
@@ -628,6 +637,8 @@ func report(c config, floor, ours, tutorial, restart *result) {
 	}
 	if restart != nil {
 		out["restart_synced_seconds"] = restart.syncedSeconds
+		out["restart_list_seconds"] = restart.listSeconds
+		out["restart_synced_after_list_seconds"] = restart.syncedAfterListSeconds
 		out["restart_first_resync_seconds"] = restart.settledSeconds
 		out["restart_writes"] = restart.networkWrites() + restart.eventWrites()
 		out["restart_backend_changes"] = restart.backendChanges
