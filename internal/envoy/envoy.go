@@ -97,10 +97,15 @@ func (t *Template) validate() error {
 			errs = append(errs, fmt.Errorf("containers[%d].image: required", i))
 		}
 	}
+	seen = map[string]bool{}
 	for i, v := range t.Volumes {
-		if v.Name == "" {
+		switch {
+		case v.Name == "":
 			errs = append(errs, fmt.Errorf("volumes[%d].name: required", i))
+		case seen[v.Name]:
+			errs = append(errs, fmt.Errorf("volumes[%d].name: %q appears twice", i, v.Name))
 		}
+		seen[v.Name] = true
 	}
 	return errors.Join(errs...)
 }

@@ -65,7 +65,7 @@ func New() *Metrics {
 		}, []string{"verb", "resource"}),
 		Startup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "startup_seconds",
-			Help: "Seconds from the start of the operator to each startup phase: networks_listed (the initial list of Networks has arrived), caches_synced (every informer is synced and /readyz says ok).",
+			Help: "Seconds from the start of the operator's Run to each startup phase: networks_listed (the initial list of Networks is in the informer cache), caches_synced (every informer is synced and the Network controller has been handed the whole initial list; /readyz says ok).",
 		}, []string{"phase"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,11 +57,8 @@ type Operator struct {
 	backend     backend.Backend
 	close       func()
 	synced      atomic.Bool
-	// started is when Run began, and listed records once, for the startup
-	// metrics, when the first Network of the initial list reached the
-	// cache.
+	// started is when Run began, for the startup metrics.
 	started time.Time
-	listed  sync.Once
 }
 
 // New configures an operator for the cluster of cfg. be is the backend to
@@ -98,19 +94,6 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	op.factory = informers.NewSharedInformerFactoryWithOptions(client, o.Resync,
 		informers.WithNamespace(o.Namespace),
 		informers.WithTransform(dropManagedFields))
-	// The informer hands the initial list on only once it has arrived
-	// whole (a streamed one included), so its first Add marks the list's
-	// end.
-	if _, err := op.factory.Samplecrd().V1().Networks().Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(_ any, initial bool) {
-			if initial {
-				op.listed.Do(op.recordListed)
-			}
-		},
-	}); err != nil {
-		op.close()
-		return nil, fmt.Errorf("watch the initial list of Networks: %w", err)
-	}
 	op.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
 	// Events get a client, and so a rate limiter, of their own: they are
@@ -176,11 +159,6 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// recordListed records the end of the initial list of Networks.
-func (op *Operator) recordListed() {
-	op.metrics.Startup.WithLabelValues("networks_listed").Set(time.Since(op.started).Seconds())
-}
-
 // Metrics returns the operator's metrics.
 func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 
@@ -215,6 +193,11 @@ func (op *Operator) Run(ctx context.Context) error {
 	op.templates.Start(ctx.Done())
 	defer op.templates.Shutdown()
 	go func() {
+		networks := op.factory.Samplecrd().V1().Networks().Informer().HasSyncedChecker()
+		if !cache.WaitFor(ctx, "", networks) {
+			return
+		}
+		op.metrics.Startup.WithLabelValues("networks_listed").Set(time.Since(op.started).Seconds())
 		for _, synced := range []map[reflect.Type]bool{
 			op.factory.WaitForCacheSync(ctx.Done()),
 			op.kubeFactory.WaitForCacheSync(ctx.Done()),
@@ -226,7 +209,9 @@ func (op *Operator) Run(ctx context.Context) error {
 				}
 			}
 		}
-		op.listed.Do(op.recordListed) // no Networks: listed when synced
+		if !cache.WaitFor(ctx, "", op.controller.HasSyncedChecker()) {
+			return
+		}
 		op.metrics.Startup.WithLabelValues("caches_synced").Set(time.Since(op.started).Seconds())
 		op.synced.Store(true)
 		logger.Info("Caches synced", "after", time.Since(op.started))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -31,37 +32,41 @@ type handle struct {
 	foreign atomic.Int64
 }
 
-func newHandle(ns netns.NsHandle) (*handle, error) {
+// newHandle opens the handle in ns. strict is false where the kernel
+// refused strict checking, so that AddrList of one link falls back to the
+// full dump.
+func newHandle(ns netns.NsHandle) (h *handle, strict bool, err error) {
 	// Only rtnetlink is needed; the default also opens xfrm, netfilter
 	// and generic netlink sockets.
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	nh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	// netlink.Handle's sockets have no timeout of their own; a kernel
+	// that never answers should fail the call, not hang a worker.
+	if err := nh.SetSocketTimeout(socketTimeout); err != nil {
+		nh.Close()
+		return nil, false, fmt.Errorf("set netlink socket timeout: %w", err)
+	}
+	h = &handle{Handle: nh}
 	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
-		h.Close()
-		return nil, fmt.Errorf("open address dump socket: %w", err)
+		nh.Close()
+		return nil, false, fmt.Errorf("open address dump socket: %w", err)
 	}
 	if err := unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1); err != nil {
 		s.Close()
-		return &handle{Handle: h}, nil
+		return h, false, nil
 	}
-	// As netlink.Handle's own sockets, so that a wedged kernel reply
-	// fails the call instead of hanging a worker.
-	tv := nl.SocketTimeoutTv
-	if err := s.SetSendTimeout(&tv); err != nil {
-		s.Close()
-		h.Close()
-		return nil, fmt.Errorf("set address dump socket timeout: %w", err)
-	}
-	if err := s.SetReceiveTimeout(&tv); err != nil {
-		s.Close()
-		h.Close()
-		return nil, fmt.Errorf("set address dump socket timeout: %w", err)
-	}
-	return &handle{Handle: h, addrDump: &nl.SocketHandle{Socket: s}}, nil
+	tv := unix.NsecToTimeval(socketTimeout.Nanoseconds())
+	_ = s.SetSendTimeout(&tv)    // cannot fail: it only stores the value
+	_ = s.SetReceiveTimeout(&tv) // likewise
+	h.addrDump = &nl.SocketHandle{Socket: s}
+	return h, true, nil
 }
+
+// socketTimeout bounds every netlink request of the backend.
+const socketTimeout = time.Minute
 
 // Close closes both sockets.
 func (h *handle) Close() {
@@ -71,8 +76,15 @@ func (h *handle) Close() {
 	h.Handle.Close()
 }
 
-// AddrList lists the addresses of link, or of all links if link is nil, as
-// netlink.Handle.AddrList does.
+// Delete is Close: the promoted netlink.Handle.Delete would leave the
+// address dump socket open.
+func (h *handle) Delete() { h.Close() }
+
+// AddrList lists the addresses of link, or of all links if link is nil. Of
+// one link, it fills in what the backend reads: IPNet, Peer, LinkIndex,
+// Scope and Flags (not Label, Broadcast or lifetimes), and a link that is
+// gone is an error (ENODEV). Of all links, or without strict checking, it
+// is netlink.Handle.AddrList.
 func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
 	if link == nil || link.Attrs().Index <= 0 || h.addrDump == nil {
 		return h.Handle.AddrList(link, family)
@@ -89,18 +101,22 @@ func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
 		parseErr error
 	)
 	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWADDR, func(m []byte) bool {
-		a, msgIndex, err := parseAddrMsg(m)
-		if err != nil {
-			parseErr = err
+		if len(m) < unix.SizeofIfAddrmsg {
+			parseErr = fmt.Errorf("short address message: %d bytes", len(m))
 			return false
 		}
 		// The kernel filtered already; this only guards against one that
 		// accepted the option and ignored the index.
-		if msgIndex == index {
-			addrs = append(addrs, a)
-		} else {
+		if int(nl.DeserializeIfAddrmsg(m).Index) != index {
 			h.foreign.Add(1)
+			return true
 		}
+		a, err := parseAddrMsg(m)
+		if err != nil {
+			parseErr = err
+			return false
+		}
+		addrs = append(addrs, a)
 		return true
 	})
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -112,17 +128,15 @@ func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
 	return addrs, err
 }
 
-// parseAddrMsg decodes an RTM_NEWADDR message into what the backend uses:
-// the address with its prefix length, the peer if there is one, the flags
-// and the scope, and the index of its link.
-func parseAddrMsg(m []byte) (netlink.Addr, int, error) {
-	if len(m) < unix.SizeofIfAddrmsg {
-		return netlink.Addr{}, 0, fmt.Errorf("short address message: %d bytes", len(m))
-	}
+// parseAddrMsg decodes an RTM_NEWADDR message of at least
+// unix.SizeofIfAddrmsg bytes into what the backend uses: the address with
+// its prefix length, the peer if there is one, the flags, the scope and the
+// index of its link.
+func parseAddrMsg(m []byte) (netlink.Addr, error) {
 	msg := nl.DeserializeIfAddrmsg(m)
 	attrs, err := nl.ParseRouteAttr(m[unix.SizeofIfAddrmsg:])
 	if err != nil {
-		return netlink.Addr{}, 0, fmt.Errorf("parse address message: %w", err)
+		return netlink.Addr{}, fmt.Errorf("parse address message: %w", err)
 	}
 	var (
 		a          = netlink.Addr{LinkIndex: int(msg.Index), Scope: int(msg.Scope), Flags: int(msg.Flags)}
@@ -141,10 +155,10 @@ func parseAddrMsg(m []byte) (netlink.Addr, int, error) {
 		}
 	}
 	// IPv4 sends both IFA_LOCAL and IFA_ADDRESS, the latter being the peer
-	// when they differ; IPv6 usually sends IFA_ADDRESS alone. Decoded as
-	// netlink.Handle.AddrList does, so that AddrDel of the result works
-	// the same: a point-to-point local address is a host address and the
-	// prefix length goes with the peer.
+	// when they differ; IPv6 usually sends IFA_ADDRESS alone. IPNet and
+	// Peer are as netlink.Handle.AddrList makes them, so that AddrDel of
+	// the result works the same: a point-to-point local address is a host
+	// address and the prefix length goes with the peer.
 	prefix := func(ip net.IP) *net.IPNet {
 		return &net.IPNet{IP: ip, Mask: net.CIDRMask(int(msg.Prefixlen), 8*len(ip))}
 	}
@@ -157,7 +171,7 @@ func parseAddrMsg(m []byte) (netlink.Addr, int, error) {
 	case dst != nil:
 		a.IPNet = prefix(dst)
 	default:
-		return netlink.Addr{}, 0, errors.New("address message without an address")
+		return netlink.Addr{}, errors.New("address message without an address")
 	}
-	return a, int(msg.Index), nil
+	return a, nil
 }

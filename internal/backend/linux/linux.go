@@ -102,12 +102,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}
 
-	h, err := newHandle(ns)
+	h, strict, err := newHandle(ns)
 	if err != nil {
 		_ = ns.Close()
 		return nil, fmt.Errorf("open netlink in network namespace %q: %w", cfg.Netns, err)
 	}
 
+	if !strict {
+		logger.Info("This kernel refuses NETLINK_GET_STRICT_CHK: each bridge check lists every address of the namespace, which slows down with many bridges", "netns", cfg.Netns)
+	}
 	logger.V(2).Info("Linux bridge backend ready", "netns", cfg.Netns)
 	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h}, nil
 }

@@ -53,7 +53,7 @@ type Controller struct {
 	client   versioned.Interface
 	lister   samplecrdlisters.NetworkLister
 	indexer  cache.Indexer
-	synced   cache.InformerSynced
+	synced   cache.DoneChecker
 	queue    workqueue.TypedRateLimitingInterface[string]
 	backend  backend.Backend
 	recorder record.EventRecorder
@@ -89,7 +89,6 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		client:  client,
 		lister:  informer.Lister(),
 		indexer: informer.Informer().GetIndexer(),
-		synced:  informer.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			// Per-item exponential backoff, capped, so that a broken backend
 			// is retried steadily but never in a hot loop.
@@ -102,7 +101,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		opts:     opts,
 	}
 	logger := klog.FromContext(ctx)
-	_, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			// At start every Network arrives as an Add. Those that were
 			// converged are checked in bulk by the first resync, with one
@@ -131,8 +130,13 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	if err != nil {
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
+	c.synced = registration.HasSyncedChecker()
 	return c, nil
 }
+
+// HasSyncedChecker is done once the informer has synced and the controller
+// has been handed every Network of the initial list.
+func (c *Controller) HasSyncedChecker() cache.DoneChecker { return c.synced }
 
 // needsReconcile filters update events. A resync re-delivers unchanged
 // objects (same resourceVersion): the backend is checked by the
@@ -178,8 +182,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("controller", Name)
 	ctx = klog.NewContext(ctx, logger)
 
-	logger.Info("Waiting for informer caches to sync")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	if !cache.WaitFor(ctx, "informer cache sync", c.synced) {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
 		}
