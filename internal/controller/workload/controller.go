@@ -43,7 +43,7 @@ type Controller struct {
 	kube              kubernetes.Interface
 	deployments       appslisters.DeploymentLister
 	templates         corelisters.ConfigMapLister
-	synced            []cache.InformerSynced
+	synced            []cache.DoneChecker
 	queue             workqueue.TypedRateLimitingInterface[string]
 	recorder          record.EventRecorder
 	metrics           *metrics.Metrics
@@ -58,7 +58,6 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 		kube:        kube,
 		deployments: deployments.Lister(),
 		templates:   templates.Lister(),
-		synced:      []cache.InformerSynced{deployments.Informer().HasSynced, templates.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, MetricsProvider: m.WorkqueueProvider()}),
@@ -68,23 +67,28 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 		workers:           workers,
 	}
 	logger := klog.FromContext(ctx)
-	if _, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	deploymentsHandled, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueDeployment,
 		UpdateFunc: func(oldObj, newObj any) {
 			if oldObj.(*appsv1.Deployment).ResourceVersion != newObj.(*appsv1.Deployment).ResourceVersion {
 				c.enqueueDeployment(newObj)
 			}
 		},
-	}, cache.HandlerOptions{Logger: &logger}); err != nil {
-		return nil, err
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Deployment event handler: %w", err)
 	}
-	if _, err := templates.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	templatesHandled, err := templates.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueForTemplate,
 		UpdateFunc: func(_, newObj any) { c.enqueueForTemplate(newObj) },
 		DeleteFunc: c.enqueueForTemplate,
-	}, cache.HandlerOptions{Logger: &logger}); err != nil {
-		return nil, err
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding ConfigMap event handler: %w", err)
 	}
+	// Synced once both caches are full and the handlers have been handed
+	// their initial lists.
+	c.synced = []cache.DoneChecker{deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker()}
 	return c, nil
 }
 
@@ -132,7 +136,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithValues("controller", Name)
 	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	if !cache.WaitFor(ctx, "informer cache sync", c.synced...) {
 		return nil // stopped while starting
 	}
 	var wg wait.Group
