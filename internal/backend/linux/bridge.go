@@ -251,13 +251,20 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	return changed, nil
 }
 
+// addrList lists the addresses of link, or of all links if link is nil.
 func (b *Backend) addrList(link netlink.Link) ([]netlink.Addr, error) {
+	return retryDump(func() ([]netlink.Addr, error) { return b.nl.AddrList(link, netlink.FAMILY_ALL) })
+}
+
+// retryDump runs a netlink dump again, up to dumpRetries times in all,
+// while a concurrent change interrupts it and leaves it inconsistent.
+func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
 	var err error
 	for range dumpRetries {
-		var addrs []netlink.Addr
-		addrs, err = b.nl.AddrList(link, netlink.FAMILY_ALL)
+		var items []T
+		items, err = dump()
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return addrs, err
+			return items, err
 		}
 	}
 	return nil, err
@@ -320,27 +327,12 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var (
-		links []netlink.Link
-		err   error
-	)
-	for range dumpRetries {
-		links, err = b.nl.LinkList()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	links, err := retryDump(b.nl.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	// One address dump for all bridges, not one per bridge.
-	var addrs []netlink.Addr
-	for range dumpRetries {
-		addrs, err = b.nl.AddrList(nil, netlink.FAMILY_ALL)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	addrs, err := b.addrList(nil)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
