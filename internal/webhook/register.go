@@ -156,31 +156,35 @@ func Configurations(target Target, operatorNamespace string, caBundle []byte) (*
 // Register creates or updates the webhook configurations.
 func Register(ctx context.Context, kube kubernetes.Interface, target Target, operatorNamespace string, caBundle []byte) error {
 	validating, mutating := Configurations(target, operatorNamespace, caBundle)
-	vc := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	if existing, err := vc.Get(ctx, validating.Name, metav1.GetOptions{}); err == nil {
-		validating.ResourceVersion = existing.ResourceVersion
-		_, err = vc.Update(ctx, validating, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("updating ValidatingWebhookConfiguration: %w", err)
-		}
-	} else if apierrors.IsNotFound(err) {
-		if _, err := vc.Create(ctx, validating, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating ValidatingWebhookConfiguration: %w", err)
-		}
-	} else {
+	if err := createOrReplace(ctx, "ValidatingWebhookConfiguration", kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating); err != nil {
 		return err
 	}
-	mc := kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	if existing, err := mc.Get(ctx, mutating.Name, metav1.GetOptions{}); err == nil {
-		mutating.ResourceVersion = existing.ResourceVersion
-		if _, err := mc.Update(ctx, mutating, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating MutatingWebhookConfiguration: %w", err)
+	return createOrReplace(ctx, "MutatingWebhookConfiguration", kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating)
+}
+
+// objectClient is the part of a typed cluster-scoped client that
+// createOrReplace uses.
+type objectClient[T metav1.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// createOrReplace makes obj, of the given kind, exist exactly as given:
+// replacing the existing object over its resourceVersion, or creating it.
+func createOrReplace[T metav1.Object](ctx context.Context, kind string, client objectClient[T], obj T) error {
+	existing, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		obj.SetResourceVersion(existing.GetResourceVersion())
+		if _, err := client.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating %s: %w", kind, err)
 		}
-	} else if apierrors.IsNotFound(err) {
-		if _, err := mc.Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating MutatingWebhookConfiguration: %w", err)
+	case apierrors.IsNotFound(err):
+		if _, err := client.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s: %w", kind, err)
 		}
-	} else {
+	default:
 		return err
 	}
 	return nil
