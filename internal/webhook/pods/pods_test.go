@@ -94,6 +94,29 @@ func TestInjectBigPodAppendsSidecar(t *testing.T) {
 	}
 }
 
+// admitAndApply admits req, which must be injected, and applies the answer
+// as the API server does, with evanphx/json-patch.
+func admitAndApply(t *testing.T, i *Injector, req *admissionv1.AdmissionRequest) corev1.Pod {
+	t.Helper()
+	resp := i.Admit(context.Background(), req)
+	if !resp.Allowed || resp.Patch == nil {
+		t.Fatalf("%s: not injected: %+v", req.Object.Raw, resp.Result)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", resp.Patch, err)
+	}
+	patched, err := patch.Apply(req.Object.Raw)
+	if err != nil {
+		t.Fatalf("apply patch %s: %v", resp.Patch, err)
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(patched, &pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
 // TestInjectEqualsStrategicMerge holds the pod webhook's JSON patch to the
 // strategic merge of the template that the workload initializer applies:
 // for every kind of pod and template, applying the patch as the API server
@@ -140,18 +163,7 @@ volumes:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := review(tc.pod)
-			resp := tc.injector.Admit(context.Background(), req)
-			if !resp.Allowed || resp.Patch == nil {
-				t.Fatalf("not injected: %+v", resp.Result)
-			}
-			patch, err := jsonpatch.DecodePatch(resp.Patch)
-			if err != nil {
-				t.Fatalf("decode patch %s: %v", resp.Patch, err)
-			}
-			patched, err := patch.Apply(req.Object.Raw)
-			if err != nil {
-				t.Fatalf("apply patch %s: %v", resp.Patch, err)
-			}
+			got := admitAndApply(t, tc.injector, req)
 
 			tmpl, _, err := envoy.Find(tc.injector.ConfigMaps, "ns", "")
 			if err != nil {
@@ -166,10 +178,7 @@ volumes:
 				t.Fatal(err)
 			}
 
-			var got, want corev1.Pod
-			if err := json.Unmarshal(patched, &got); err != nil {
-				t.Fatal(err)
-			}
+			var want corev1.Pod
 			if err := json.Unmarshal(merged, &want); err != nil {
 				t.Fatal(err)
 			}
@@ -196,23 +205,9 @@ func TestInjectIntoNullAndEmpty(t *testing.T) {
 		`{"metadata":{"name":"p","namespace":"ns","annotations":{"a~b/c":"x"}},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`,
 	} {
 		req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: "ns", Object: runtime.RawExtension{Raw: []byte(raw)}}
-		resp := i.Admit(context.Background(), req)
-		if !resp.Allowed || resp.Patch == nil {
-			t.Fatalf("%s: not injected: %+v", raw, resp.Result)
-		}
-		patch, err := jsonpatch.DecodePatch(resp.Patch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		patched, err := patch.Apply(req.Object.Raw)
-		if err != nil {
-			t.Fatalf("%s: apply patch %s: %v", raw, resp.Patch, err)
-		}
-		var before, got corev1.Pod
+		got := admitAndApply(t, i, req)
+		var before corev1.Pod
 		if err := json.Unmarshal([]byte(raw), &before); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(patched, &got); err != nil {
 			t.Fatal(err)
 		}
 		containers := len(got.Spec.Containers)
