@@ -4,7 +4,7 @@
 GO ?= go
 LDFLAGS := -s -w -X github.com/netop-dev/netop/internal/version.Version=$(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build test test-faults bench verify codegen vet fmt-check verify-codegen verify-consumer clean
+.PHONY: all build test test-faults bench verify codegen vet lint fmt-check verify-codegen verify-consumer clean
 
 all: build
 
@@ -22,9 +22,9 @@ test:
 # failing backend, and Neutron going down mid-creation (with and without a
 # SIGKILL of netop).
 test-faults:
-	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILLDuringCreate' ./cmd/netop-standalone/
+	NETOP_FAULT_NETWORKS=150 NETOP_FAULT_ROUNDS=3 $(GO) test -count=1 -v -timeout 20m -run 'SIGKILLDuringCreate' ./test/standalone/
 	$(GO) test -count=1 -v -timeout 10m -tags faults ./test/faults/
-	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./cmd/netop-standalone/
+	$(GO) test -count=1 -v -timeout 10m -run 'Outage' ./test/neutron/ ./test/standalone/
 
 # The whole-system benchmark (as root); see BENCHMARKS.md.
 bench:
@@ -33,7 +33,16 @@ bench:
 codegen:
 	hack/update-codegen.sh
 
-verify: fmt-check vet verify-codegen verify-consumer
+verify: fmt-check vet lint verify-codegen verify-consumer
+
+# golangci-lint (.golangci.yml: the standard linters plus the layering rules
+# of depguard and the import aliases of importas), at the version pinned in
+# the separate tools module hack/tools, so that its dependencies stay out of
+# netop's go.mod. The first run builds it and analyses the whole dependency
+# graph, which takes minutes; later runs use the Go and golangci-lint caches.
+lint:
+	$(GO) build -C hack/tools -o $(CURDIR)/bin/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	bin/golangci-lint run ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \

@@ -26,11 +26,19 @@ go tool deepcopy-gen \
   --output-file zz_generated.deepcopy.go \
   "${input_pkgs[@]}"
 
+# Apply configurations, so that status is written with a server-side apply.
+go tool applyconfiguration-gen \
+  --go-header-file "$header" \
+  --output-dir "$out/applyconfiguration" \
+  --output-pkg "$module/$out/applyconfiguration" \
+  "${input_pkgs[@]}"
+
 inputs=()
 for gv in "${apis[@]}"; do inputs+=(--input "$gv"); done
 go tool client-gen \
   --go-header-file "$header" \
   --clientset-name versioned \
+  --apply-configuration-package "$module/$out/applyconfiguration" \
   --input-base "$module/pkg/apis" \
   --output-dir "$out/clientset" \
   --output-pkg "$module/$out/clientset" \

@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/operator"
 )
 
@@ -28,10 +28,10 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var (
-		dataDir   string
-		port      int
-		verbosity int
+		dataDir string
+		port    int
 	)
+	logOpts := logging.NewOptions()
 	opts := operator.NewOptions()
 	// Standalone is for a developer's machine: bridges go into their own
 	// network namespace, so that 192.168.0.0/16 never shadows the host's
@@ -48,14 +48,20 @@ func newCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(verbosity), textlogger.Output(os.Stderr)))
+			// The embedded Kubernetes components log through klog's
+			// process-wide logger into DATA_DIR/logs; the operator's own
+			// logs go to stderr.
+			logger, err := logOpts.Logger(os.Stderr)
+			if err != nil {
+				return err
+			}
 			ctx = klog.NewContext(ctx, logger)
 			return run(ctx, cmd, dataDir, port, opts)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".netop", "Directory for the control plane's state, certificates, kubeconfig and logs. Reused on restart.")
 	cmd.Flags().IntVar(&port, "apiserver-port", 0, "Port of the API server on 127.0.0.1 when the data directory has none recorded yet (0: any free port).")
-	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "Log verbosity of the operator.")
+	logOpts.AddFlags(cmd.Flags())
 	opts.AddFlags(cmd.Flags())
 	return cmd
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	goflag "flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/version"
 )
@@ -31,11 +31,10 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	root.PersistentFlags().AddGoFlagSet(klogFlags)
+	logOpts := logging.NewOptions()
+	logOpts.AddFlags(root.PersistentFlags())
 
-	root.AddCommand(newRunCommand(), &cobra.Command{
+	root.AddCommand(newRunCommand(logOpts), &cobra.Command{
 		Use:   "version",
 		Short: "Print netop's version",
 		Args:  cobra.NoArgs,
@@ -53,7 +52,7 @@ func newRootCommand() *cobra.Command {
 	return root
 }
 
-func newRunCommand() *cobra.Command {
+func newRunCommand(logOpts *logging.Options) *cobra.Command {
 	clientFlags := &operator.ClientConfigFlags{}
 	opts := operator.NewOptions()
 	cmd := &cobra.Command{
@@ -61,13 +60,18 @@ func newRunCommand() *cobra.Command {
 		Short: "Run the operator against a cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := logOpts.Apply()
+			if err != nil {
+				return err
+			}
+			defer logging.Flush()
 			cfg, err := clientFlags.RESTConfig()
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return operator.Run(klog.NewContext(ctx, klog.Background()), cfg, opts)
+			return operator.Run(klog.NewContext(ctx, logger), cfg, opts)
 		},
 	}
 	clientFlags.AddFlags(cmd.Flags())

@@ -9,6 +9,8 @@ package backend
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -32,6 +34,30 @@ type Network struct {
 	CIDR netip.Prefix
 	// Gateway lies inside CIDR.
 	Gateway netip.Addr
+}
+
+// Validate checks what every backend relies on: an owner UID, a valid and
+// canonical CIDR that is not IPv4-mapped IPv6, and a gateway inside it. The
+// controller resolves specs with netspec, so an error here is a bug in the
+// caller, not a user's mistake. Backends check the UID's form themselves,
+// since what they can record differs.
+func (n Network) Validate() error {
+	if n.UID == "" {
+		return errors.New("missing owner UID")
+	}
+	if !n.CIDR.IsValid() {
+		return fmt.Errorf("invalid CIDR %s", n.CIDR)
+	}
+	if n.CIDR.Addr().Is4In6() {
+		return fmt.Errorf("CIDR %s: IPv4-mapped IPv6 prefixes are not supported", n.CIDR)
+	}
+	if n.CIDR != n.CIDR.Masked() {
+		return fmt.Errorf("CIDR %s has host bits set (did you mean %s?)", n.CIDR, n.CIDR.Masked())
+	}
+	if !n.CIDR.Contains(n.Gateway) {
+		return fmt.Errorf("gateway %s is not an address in %s", n.Gateway, n.CIDR)
+	}
+	return nil
 }
 
 // Observed is one backend network that netop made, as the backend sees it.

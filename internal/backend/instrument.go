@@ -7,6 +7,13 @@ import (
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
+// Operations an Observer is told of.
+const (
+	OperationEnsure = "ensure"
+	OperationDelete = "delete"
+	OperationList   = "list"
+)
+
 // Observer is told of every backend operation: its name (ensure, delete,
 // list), how long it took and its error.
 type Observer func(operation string, d time.Duration, err error)
@@ -36,20 +43,20 @@ func (i instrumented) Type() samplecrdv1.BackendType { return i.b.Type() }
 func (i instrumented) Ensure(ctx context.Context, want Network, recorded *samplecrdv1.NetworkBackendStatus) (Result, error) {
 	start := time.Now()
 	res, err := i.b.Ensure(ctx, want, recorded)
-	i.observe("ensure", time.Since(start), err)
+	i.observe(OperationEnsure, time.Since(start), err)
 	return res, err
 }
 
 func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
 	start := time.Now()
 	err := i.b.Delete(ctx, owner, recorded)
-	i.observe("delete", time.Since(start), err)
+	i.observe(OperationDelete, time.Since(start), err)
 	return err
 }
 
 func (i instrumented) ListOwned(ctx context.Context) ([]Observed, error) {
 	start := time.Now()
 	owners, err := i.b.ListOwned(ctx)
-	i.observe("list", time.Since(start), err)
+	i.observe(OperationList, time.Since(start), err)
 	return owners, err
 }

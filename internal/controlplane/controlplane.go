@@ -54,10 +54,15 @@ type ControlPlane struct {
 	logFiles    []*os.File
 	etcd        *embed.Etcd
 
+	// A component's done channel is closed when its Run returns; an
+	// unexpected error is logged to the component's log. apiServerErr is
+	// what the API server's Run returned, to be read once apiServerDone is
+	// closed.
 	stopControllerManager context.CancelFunc
-	controllerManagerDone chan error
+	controllerManagerDone chan struct{}
 	stopAPIServer         context.CancelFunc
-	apiServerDone         chan error
+	apiServerDone         chan struct{}
+	apiServerErr          error
 }
 
 // ports is what DIR/ports.json records: where each component listens.
@@ -314,13 +319,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		return err
 	}
 	cp.stopAPIServer = cancel
-	cp.apiServerDone = make(chan error, 1)
+	cp.apiServerDone = make(chan struct{})
 	go func() {
-		err := apiserverapp.Run(runCtx, completed)
-		if err != nil {
-			logger.Error(err, "kube-apiserver stopped")
+		defer close(cp.apiServerDone)
+		cp.apiServerErr = apiserverapp.Run(runCtx, completed)
+		if cp.apiServerErr != nil {
+			logger.Error(cp.apiServerErr, "kube-apiserver stopped")
 		}
-		cp.apiServerDone <- err
 	}()
 	return nil
 }
@@ -334,10 +339,9 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 	var lastErr error
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-cp.apiServerDone:
-			cp.apiServerDone <- err
+		case <-cp.apiServerDone:
 			return false, fmt.Errorf("kube-apiserver stopped before it was ready (see %s): %v",
-				filepath.Join(cp.DataDir, "logs", "kube-apiserver.log"), err)
+				filepath.Join(cp.DataDir, "logs", "kube-apiserver.log"), cp.apiServerErr)
 		default:
 		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -397,13 +401,12 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, p *pki, kube
 	// configz entry behind, and Run refuses to register it twice.
 	configz.Delete(kcmapp.ConfigzName)
 	cp.stopControllerManager = cancel
-	cp.controllerManagerDone = make(chan error, 1)
+	cp.controllerManagerDone = make(chan struct{})
 	go func() {
-		err := kcmapp.Run(runCtx, c.Complete())
-		if err != nil && runCtx.Err() == nil {
+		defer close(cp.controllerManagerDone)
+		if err := kcmapp.Run(runCtx, c.Complete()); err != nil && runCtx.Err() == nil {
 			logger.Error(err, "kube-controller-manager stopped")
 		}
-		cp.controllerManagerDone <- err
 	}()
 	return nil
 }

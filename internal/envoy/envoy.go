@@ -45,6 +45,10 @@ const (
 	Skipped = "initializer.kubernetes.io/envoy-skipped"
 )
 
+// ReasonInvalidTemplate is the reason of the Warning Events recorded on a
+// broken template's ConfigMap and on what it could not be injected into.
+const ReasonInvalidTemplate = "InvalidTemplate"
+
 // Template is a parsed envoy-initializer ConfigMap.
 type Template struct {
 	Containers []corev1.Container `json:"containers"`

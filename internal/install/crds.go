@@ -4,7 +4,6 @@ package install
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,17 +12,14 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/ssa"
 )
-
-// FieldManager is the name netop's server-side applies are recorded under.
-const FieldManager = "netop"
 
 // CRDs creates or updates netop's CRDs with a server-side apply and waits
 // until each is Established.
@@ -39,14 +35,8 @@ func CRDs(ctx context.Context, cfg *rest.Config) error {
 	for _, crd := range crds {
 		crd.APIVersion = apiextensionsv1.SchemeGroupVersion.String()
 		crd.Kind = "CustomResourceDefinition"
-		body, err := json.Marshal(crd)
-		if err != nil {
-			return err
-		}
-		force := true
-		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, types.ApplyPatchType, body,
-			metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
-			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
+		if _, err := ssa.Apply(ctx, client.ApiextensionsV1().CustomResourceDefinitions(), crd.Name, crd); err != nil {
+			return fmt.Errorf("CRD: %w", err)
 		}
 		if err := waitEstablished(ctx, client, crd.Name); err != nil {
 			return err

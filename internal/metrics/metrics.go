@@ -17,6 +17,28 @@ import (
 
 const namespace = "netop"
 
+// Values of the result label of reconcile_total.
+const (
+	ResultSuccess  = "success"
+	ResultError    = "error"
+	ResultConflict = "conflict"
+	ResultNotFound = "not_found"
+)
+
+// Values of the action label of backend_changes_total, beside the
+// backend.Action values of Ensure (Created, Updated).
+const (
+	ChangeDeleted = "Deleted"
+	// ChangeSwept is an orphan removed by the resync.
+	ChangeSwept = "Swept"
+)
+
+// Values of the phase label of startup_seconds.
+const (
+	PhaseNetworksListed = "networks_listed"
+	PhaseCachesSynced   = "caches_synced"
+)
+
 // Metrics are one operator's metrics.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -45,7 +67,7 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		ReconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "reconcile_total",
-			Help: "Reconciles by controller and result (success, error, requeue).",
+			Help: "Reconciles by controller and result (success, error, conflict, not_found).",
 		}, []string{"controller", "result"}),
 		ReconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "reconcile_duration_seconds",
@@ -109,9 +131,9 @@ func (m *Metrics) Handler() http.Handler {
 
 // ObserveBackend records one backend operation.
 func (m *Metrics) ObserveBackend(backend, operation string, d time.Duration, err error) {
-	result := "success"
+	result := ResultSuccess
 	if err != nil {
-		result = "error"
+		result = ResultError
 	}
 	m.BackendDuration.WithLabelValues(backend, operation, result).Observe(d.Seconds())
 }

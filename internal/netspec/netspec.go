@@ -65,7 +65,7 @@ func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
 		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must be an address inside spec.cidr %s", r.Prefix))}
 	case hasHostRange(r.Prefix) && gw == r.Prefix.Addr():
 		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must not be the network address of %s", r.Prefix))}
-	case gw.Is4() && hasHostRange(r.Prefix) && gw == lastAddr(r.Prefix):
+	case gw.Is4() && hasHostRange(r.Prefix) && gw == LastAddr(r.Prefix):
 		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must not be the broadcast address of %s", r.Prefix))}
 	}
 	r.Gateway = gw
@@ -89,7 +89,13 @@ func hasHostRange(prefix netip.Prefix) bool {
 	return prefix.Addr().BitLen()-prefix.Bits() >= 2
 }
 
-func lastAddr(prefix netip.Prefix) netip.Addr {
+// LastAddr returns the highest address of prefix, the broadcast address of
+// an IPv4 prefix, or the zero Addr for an invalid prefix. Host bits set in
+// prefix do not matter.
+func LastAddr(prefix netip.Prefix) netip.Addr {
+	if !prefix.IsValid() {
+		return netip.Addr{}
+	}
 	b := prefix.Addr().AsSlice()
 	for i := prefix.Bits(); i < len(b)*8; i++ {
 		b[i/8] |= 0x80 >> (i % 8)

@@ -1,6 +1,7 @@
 package netspec
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -58,4 +59,25 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("Resolve(%q, %q) accepted %s %s", cidr, gateway, r.Prefix, r.Gateway)
 		}
 	})
+}
+
+func TestLastAddr(t *testing.T) {
+	for _, tc := range []struct{ prefix, want string }{
+		{"192.168.0.0/16", "192.168.255.255"},
+		{"192.168.1.0/16", "192.168.255.255"}, // host bits set
+		{"10.0.0.4/31", "10.0.0.5"},
+		{"10.0.0.4/32", "10.0.0.4"},
+		{"0.0.0.0/0", "255.255.255.255"},
+		{"10.1.2.0/23", "10.1.3.255"},
+		{"fd00::/64", "fd00::ffff:ffff:ffff:ffff"},
+		{"2001:db8::/33", "2001:db8:7fff:ffff:ffff:ffff:ffff:ffff"},
+		{"fd00::1/128", "fd00::1"},
+	} {
+		if got := LastAddr(netip.MustParsePrefix(tc.prefix)); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("LastAddr(%s) = %s, want %s", tc.prefix, got, tc.want)
+		}
+	}
+	if got := LastAddr(netip.Prefix{}); got.IsValid() {
+		t.Errorf("LastAddr of the zero Prefix = %s, want the zero Addr", got)
+	}
 }

@@ -6,9 +6,20 @@ package nettest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// netnsDir is where named network namespaces are bind-mounted, as by
+// iproute2 and the linux backend.
+const netnsDir = "/run/netns"
 
 // RequireRoot skips a test that makes real kernel network objects when not
 // root, except in CI (CI=true), where skipping would hide the feature.
@@ -29,4 +40,25 @@ func NetnsName(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
+}
+
+// DeleteNetns removes the named network namespace, as `ip netns delete`
+// does: the namespace itself lives on while processes or open handles
+// still use it. A namespace that does not exist is not an error.
+func DeleteNetns(name string) error {
+	// The name becomes a path to unmount and remove: one that leaves
+	// netnsDir must never get that far.
+	if name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("invalid network namespace name %q", name)
+	}
+	path := filepath.Join(netnsDir, name)
+	// EINVAL: not a mount point, a leftover of an interrupted creation;
+	// removing the file is still right.
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete network namespace %q: unmount %s: %w", name, path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete network namespace %q: %w", name, err)
+	}
+	return nil
 }

@@ -19,8 +19,10 @@ func get(t *testing.T, url string) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
 	return resp.StatusCode, string(b), err
 }
 
@@ -48,7 +50,9 @@ func TestRestartKeepsPortAndDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	if err := resp.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create network: %s\n%s", resp.Status, srv.LogTail(20))
 	}
@@ -89,7 +93,11 @@ func TestParallelServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	if a.URL == b.URL || a.Dir() == b.Dir() {
 		t.Fatalf("servers share %s / %s", a.URL, a.Dir())
 	}

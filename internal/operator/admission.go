@@ -18,8 +18,6 @@ import (
 	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
-	"github.com/netop-dev/netop/internal/webhook/networks"
-	"github.com/netop-dev/netop/internal/webhook/pods"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
@@ -29,6 +27,7 @@ type admission struct {
 	kube     kubernetes.Interface
 	certs    *webhook.CertManager
 	server   *webhook.Server
+	webhooks webhook.Set
 	listener net.Listener
 }
 
@@ -53,18 +52,14 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 	}
 	a := &admission{opts: o, kube: kube, certs: webhook.NewCertManager(store, serving), listener: l}
 	a.server = webhook.NewServer(a.certs)
-	netAdmission := &networks.Admission{Networks: networkLister}
-	a.server.Handle(ctx, webhook.PathValidateNetwork, webhook.HandlerFunc(netAdmission.Validate))
-	a.server.Handle(ctx, webhook.PathMutateNetwork, webhook.HandlerFunc(netAdmission.Default))
-	injector := pods.Injector{
-		ConfigMaps:        templates.Core().V1().ConfigMaps().Lister(),
-		OperatorNamespace: o.OperatorNamespace,
-		Recorder:          recorder,
-	}
-	a.server.Handle(ctx, webhook.PathInjectEnvoy, &injector)
-	namespaceInjector := injector
-	namespaceInjector.NamespaceOptIn = true
-	a.server.Handle(ctx, webhook.PathInjectEnvoyNamespace, &namespaceInjector)
+	a.webhooks = webhooks(webhookDeps{
+		networks:          networkLister,
+		templates:         templates.Core().V1().ConfigMaps().Lister(),
+		recorder:          recorder,
+		decoder:           webhook.NewDecoder(scheme),
+		operatorNamespace: o.OperatorNamespace,
+	})
+	a.server.Mount(ctx, a.webhooks)
 	return a, nil
 }
 
@@ -77,12 +72,18 @@ func templateInformers(kube kubernetes.Interface, resync time.Duration) informer
 		informers.WithTransform(dropManagedFields))
 }
 
-// run gets the certificate, serves, and registers the webhooks once the
-// server answers; the caches must be synced before requests arrive, which
-// Run ensures by starting the server after WaitForCacheSync.
-func (a *admission) run(ctx context.Context) error {
+// run waits for the caches the webhooks answer from (synced is closed),
+// gets the certificate, serves, and registers the webhooks. A stop at any
+// point is a clean stop.
+func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
+	defer func() { _ = a.listener.Close() }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-synced:
+	}
 	if err := a.certs.Ensure(ctx); err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.server.Run(ctx, a.listener) }()
@@ -93,12 +94,21 @@ func (a *admission) run(ctx context.Context) error {
 		target = webhook.Target{URL: "https://" + a.listener.Addr().String()}
 	}
 	register := func(ctx context.Context, caBundle []byte) error {
-		return webhook.Register(ctx, a.kube, target, a.opts.OperatorNamespace, caBundle)
+		return webhook.Register(ctx, a.kube, a.webhooks, target, caBundle)
 	}
 	if err := register(ctx, a.certs.CABundle()); err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	klog.FromContext(ctx).Info("Admission webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
 	go a.certs.RenewLoop(ctx, time.Hour, register)
 	return <-errc
+}
+
+// stopped is nil when ctx is done: an error caused by the stop is no
+// failure.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

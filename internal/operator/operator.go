@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,7 +163,9 @@ func dropManagedFields(obj any) (any, error) {
 // Metrics returns the operator's metrics.
 func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 
-// Run runs the operator until ctx is done, then releases everything.
+// Run runs the operator until ctx is done, then releases everything. The
+// components run in one errgroup: the first to fail stops the others, and
+// its error is returned.
 func (op *Operator) Run(ctx context.Context) error {
 	defer op.close()
 	defer op.broadcaster.Shutdown()
@@ -170,84 +173,75 @@ func (op *Operator) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting netop", "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
 
-	if op.opts.MetricsAddr != "0" && op.opts.MetricsAddr != "" {
-		stop, err := op.serveMetrics(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(component string, f func(context.Context) error) {
+		g.Go(func() error {
+			if err := f(ctx); err != nil {
+				return fmt.Errorf("%s: %w", component, err)
+			}
+			return nil
+		})
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	admissionErr := make(chan error, 1)
+	factories := []interface {
+		Start(<-chan struct{})
+		Shutdown()
+	}{op.factory, op.kubeFactory, op.templates}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	synced := make(chan struct{})
+	run("startup", func(ctx context.Context) error { return op.waitSynced(ctx, synced) })
+	if op.opts.metricsEnabled() {
+		run("metrics server", op.serveMetrics)
+	}
 	if op.admission != nil {
-		// Closed by the server's shutdown too; this covers a stop before
-		// the caches synced and the server started.
-		defer func() { _ = op.admission.listener.Close() }()
+		run("admission webhooks", func(ctx context.Context) error { return op.admission.run(ctx, synced) })
 	}
-	op.factory.Start(ctx.Done())
-	defer op.factory.Shutdown()
-	op.kubeFactory.Start(ctx.Done())
-	defer op.kubeFactory.Shutdown()
-	op.templates.Start(ctx.Done())
-	defer op.templates.Shutdown()
-	go func() {
-		networks := op.factory.Samplecrd().V1().Networks().Informer().HasSyncedChecker()
-		if !cache.WaitFor(ctx, "", networks) {
-			return
-		}
-		op.metrics.Startup.WithLabelValues("networks_listed").Set(time.Since(op.started).Seconds())
-		for _, synced := range []map[reflect.Type]bool{
-			op.factory.WaitForCacheSync(ctx.Done()),
-			op.kubeFactory.WaitForCacheSync(ctx.Done()),
-			op.templates.WaitForCacheSync(ctx.Done()),
-		} {
-			for _, ok := range synced {
-				if !ok {
-					return
-				}
-			}
-		}
-		if !cache.WaitFor(ctx, "", op.controller.HasSyncedChecker()) {
-			return
-		}
-		op.metrics.Startup.WithLabelValues("caches_synced").Set(time.Since(op.started).Seconds())
-		op.synced.Store(true)
-		logger.Info("Caches synced", "after", time.Since(op.started))
-		if op.admission != nil {
-			// Webhooks answer from the caches: serve only once they are full.
-			// A stop while registering is a stop, not a failure.
-			if err := op.admission.run(ctx); err != nil && ctx.Err() == nil {
-				admissionErr <- err
-				cancel()
-			}
-		}
-	}()
-	var workloadsDone chan struct{}
 	if op.workloads != nil {
-		workloadsDone = make(chan struct{})
-		go func() {
-			defer close(workloadsDone)
-			_ = op.workloads.Run(ctx)
-		}()
+		run("workload controller", op.workloads.Run)
 	}
-	err := op.controller.Run(ctx)
-	if workloadsDone != nil {
-		<-workloadsDone
+	run("network controller", op.controller.Run)
+
+	err := g.Wait()
+	for _, f := range factories {
+		f.Shutdown()
 	}
-	logger.Info("Stopping netop")
-	select {
-	case aerr := <-admissionErr:
-		return fmt.Errorf("admission webhooks: %w", aerr)
-	default:
-		return err
+	logger.Info("Stopped netop")
+	return err
+}
+
+// waitSynced records the startup phases, makes /readyz ready and closes
+// synced once every cache is synced and the Network controller has been
+// handed the whole initial list.
+func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) error {
+	if !cache.WaitFor(ctx, "", op.factory.Samplecrd().V1().Networks().Informer().HasSyncedChecker()) {
+		return nil // stopped
 	}
+	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())
+	for _, synced := range []map[reflect.Type]bool{
+		op.factory.WaitForCacheSync(ctx.Done()),
+		op.kubeFactory.WaitForCacheSync(ctx.Done()),
+		op.templates.WaitForCacheSync(ctx.Done()),
+	} {
+		for _, ok := range synced {
+			if !ok {
+				return nil // stopped
+			}
+		}
+	}
+	if !cache.WaitFor(ctx, "", op.controller.HasSyncedChecker()) {
+		return nil
+	}
+	op.metrics.Startup.WithLabelValues(metrics.PhaseCachesSynced).Set(time.Since(op.started).Seconds())
+	op.synced.Store(true)
+	klog.FromContext(ctx).Info("Caches synced", "after", time.Since(op.started))
+	close(synced)
+	return nil
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz (ready once the caches
-// are synced).
-func (op *Operator) serveMetrics(ctx context.Context) (stop func(), err error) {
+// are synced) until ctx is done.
+func (op *Operator) serveMetrics(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", op.metrics.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -260,20 +254,20 @@ func (op *Operator) serveMetrics(ctx context.Context) (stop func(), err error) {
 	})
 	l, err := net.Listen("tcp", op.opts.MetricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
+		return fmt.Errorf("--metrics-addr: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server stopped")
-		}
-	}()
-	return func() {
+		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
-	}, nil
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // Run configures an operator from the options and runs it until ctx is done.

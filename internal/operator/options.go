@@ -162,3 +162,5 @@ func (c *ClientConfigFlags) RESTConfig() (*rest.Config, error) {
 	}
 	return cfg, nil
 }
+
+func (o *Options) metricsEnabled() bool { return o.MetricsAddr != "" && o.MetricsAddr != "0" }

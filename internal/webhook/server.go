@@ -1,7 +1,10 @@
-// Package webhook serves netop's admission webhooks over HTTPS: Network
-// validation and defaulting and Envoy sidecar injection. It manages its own
-// serving certificate (a CA of its own, persisted, renewed before expiry)
-// and registers its webhook configurations with that CA as caBundle.
+// Package webhook is the generic core of admission: an HTTPS server that
+// decodes AdmissionReviews and hands the requests to handlers, a decoder of
+// admitted objects by their apiVersion and kind, a serving certificate of
+// its own (a CA, persisted, renewed before expiry), and the registration of
+// a Set of webhooks with that CA as caBundle. It knows no handler: the
+// operator mounts them (internal/operator) and the handlers live in
+// subpackages, one per kind.
 package webhook
 
 import (
@@ -56,6 +59,13 @@ func NewServer(certs *CertManager) *Server {
 // Handle serves h at path.
 func (s *Server) Handle(ctx context.Context, path string, h Handler) {
 	s.mux.Handle(path, ReviewHandler(ctx, h))
+}
+
+// Mount serves every webhook of set at its path.
+func (s *Server) Mount(ctx context.Context, set Set) {
+	for _, w := range set.Webhooks {
+		s.Handle(ctx, w.Path, w.Handler)
+	}
 }
 
 // Run serves on l until ctx is done.

@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
@@ -73,7 +72,7 @@ func startOperator(env *testenv.Env) (func(), error) {
 	teardown := func() {
 		cancel()
 		<-done
-		_ = linux.DeleteNetns(netns)
+		_ = nettest.DeleteNetns(netns)
 		_ = os.RemoveAll(certDir)
 		_ = logFile.Close()
 		_ = os.Remove(logFile.Name())

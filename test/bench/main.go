@@ -32,10 +32,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/operator"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -162,7 +163,7 @@ func run(c config) error {
 	b := &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
 		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
 		netns: fmt.Sprintf("netop-bench-%d", os.Getpid())}
-	defer func() { _ = linux.DeleteNetns(b.netns); _ = linux.DeleteNetns(b.netns + "t") }()
+	defer func() { _ = nettest.DeleteNetns(b.netns); _ = nettest.DeleteNetns(b.netns + "t") }()
 	for _, ns := range []string{"floor", "ours", "tutorial", "netop-system"} {
 		if err := install.Namespace(ctx, admin, ns); err != nil {
 			return err
@@ -185,8 +186,8 @@ func run(c config) error {
 	}
 	// The configurations netop registered would refuse every create once
 	// its server is gone, and the references have no webhooks.
-	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
-	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{})
+	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
+	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
 	// The API server notices the deletion through a watch: wait until a
 	// create no longer calls the webhooks.
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -433,7 +434,7 @@ func (c *child) metrics() (map[string]float64, error) {
 		out["backend "+label(m, "action")] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_backend_operation_duration_seconds"].GetMetric() {
-		if label(m, "operation") == "list" {
+		if label(m, "operation") == backend.OperationList {
 			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}

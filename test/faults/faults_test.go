@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
@@ -95,7 +95,7 @@ func TestAPIServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	cp := controlPlane(t, dir)
 	netns := nettest.NetnsName("netop-f-")
-	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
+	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
 	lb, err := linux.New(context.Background(), linux.Config{Netns: netns})
 	if err != nil {
 		cp.Stop()
@@ -130,34 +130,16 @@ func TestAPIServerRestart(t *testing.T) {
 	t.Logf("API server restarted under the controller: %d Networks before, %d after (20 created, 10 deleted after the restart); %v bridges created for 40 Networks, bridges equal Networks", before, after, created)
 }
 
-// failing is a backend that is slow and always fails.
-type failing struct {
-	attempts atomic.Int64
-	latency  time.Duration
-}
-
 var errDown = errors.New("injected: backend unreachable")
-
-func (f *failing) Type() samplecrdv1.BackendType { return samplecrdv1.BackendLinux }
-func (f *failing) Ensure(ctx context.Context, _ backend.Network, _ *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
-	f.attempts.Add(1)
-	select {
-	case <-time.After(f.latency):
-	case <-ctx.Done():
-	}
-	return backend.Result{}, errDown
-}
-func (f *failing) Delete(context.Context, backend.Owner, *samplecrdv1.NetworkBackendStatus) error {
-	return errDown
-}
-func (f *failing) ListOwned(context.Context) ([]backend.Observed, error) { return nil, errDown }
 
 // A slow, failing backend is retried with capped exponential backoff, not
 // in a hot loop, and the status says what is wrong.
 func TestSlowFailingBackendBacksOff(t *testing.T) {
 	cp := controlPlane(t, t.TempDir())
 	defer cp.Stop()
-	be := &failing{latency: 200 * time.Millisecond}
+	be := backendtest.New()
+	be.Fail(errDown)
+	be.SetLatency(200 * time.Millisecond)
 	_, stop := testenv.StartOperator(t, cp.AdminConfig(), options(""), be)
 	defer stop()
 	client := versioned.NewForConfigOrDie(cp.AdminConfig())
@@ -182,7 +164,7 @@ func TestSlowFailingBackendBacksOff(t *testing.T) {
 	// A measurement window: how often the controller tries in 8 s.
 	window := 8 * time.Second
 	<-time.After(window - time.Since(start))
-	attempts := be.attempts.Load()
+	attempts := be.Calls(backend.OperationEnsure)
 	// Backoff from 100 ms doubling: about 7 tries per Network in 8 s (each
 	// also waits 200 ms); a hot loop would make dozens.
 	perNetwork := float64(attempts) / networks

@@ -21,7 +21,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
+	netopscheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
@@ -137,7 +137,7 @@ func TestTutorialManifestApplies(t *testing.T) {
 	force := true
 	res := env.Netop.SamplecrdV1().RESTClient().Patch(types.ApplyPatchType).
 		Namespace(ns).Resource("networks").Name(obj.GetName()).
-		VersionedParams(&metav1.PatchOptions{FieldManager: "kubectl", Force: &force}, scheme.ParameterCodec).
+		VersionedParams(&metav1.PatchOptions{FieldManager: "kubectl", Force: &force}, netopscheme.ParameterCodec).
 		Body(body).Do(t.Context())
 	if err := res.Error(); err != nil {
 		t.Fatalf("applying examples/network.yaml: %v", err)
@@ -203,7 +203,7 @@ func TestPrinterColumnsAndShortName(t *testing.T) {
 	cfg.AcceptContentTypes = "application/json;as=Table;v=v1;g=meta.k8s.io"
 	cfg.GroupVersion = &samplecrdv1.SchemeGroupVersion
 	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	cfg.NegotiatedSerializer = netopscheme.Codecs.WithoutConversion()
 	client, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func newTestEnv(t testing.TB) *testEnv {
 		t.Fatalf("EnsureNetns: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := DeleteNetns(name); err != nil {
+		if err := nettest.DeleteNetns(name); err != nil {
 			t.Errorf("DeleteNetns: %v", err)
 		}
 	})
@@ -556,23 +556,44 @@ func TestListOwned(t *testing.T) {
 	}
 }
 
+// TestListOwnedIPv4LinkLocal: a Network in 169.254.0.0/16 is netop's like
+// any other, so ListOwned must report the address that Ensure keeps, or the
+// resync would see the bridge as unconverged forever.
+func TestListOwnedIPv4LinkLocal(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testContext(t)
+	want := network(t, "ll", "169.254.10.0/24", "169.254.10.1")
+	e.ensure(t, want, backend.ActionCreated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+
+	got, err := e.b.ListOwned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantObs := backend.Observed{Owner: want.Owner, CIDR: want.CIDR, Gateway: want.Gateway,
+		Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(want.UID)}}
+	if !slices.Equal(got, []backend.Observed{wantObs}) {
+		t.Errorf("ListOwned = %+v, want [%+v]", got, wantObs)
+	}
+}
+
 // watcher runs the drift watch of e.b in the background.
 type watcher struct {
-	events chan driftEvent
+	owners chan backend.Owner
 	errc   chan error
-	cancel context.CancelFunc
 }
 
 func startWatch(t *testing.T, e *testEnv) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
-	w := &watcher{events: make(chan driftEvent, 1024), errc: make(chan error, 1), cancel: cancel}
+	w := &watcher{owners: make(chan backend.Owner, 1024), errc: make(chan error, 1)}
 	go func() {
-		w.errc <- e.b.watch(ctx, func(ev driftEvent) {
+		w.errc <- e.b.WatchDrift(ctx, func(o backend.Owner) {
 			select {
-			case w.events <- ev:
+			case w.owners <- o:
 			default:
-				t.Errorf("event buffer full, dropped %+v", ev)
+				t.Errorf("report buffer full, dropped %+v", o)
 			}
 		})
 	}()
@@ -590,18 +611,18 @@ func startWatch(t *testing.T, e *testEnv) *watcher {
 	return w
 }
 
-// waitFor waits until the watcher reports an event that match accepts,
-// calling poke each time a short poll interval passes without one.
-func (w *watcher) waitFor(t *testing.T, what string, match func(driftEvent) bool, poke func()) driftEvent {
+// waitFor waits until the watcher reports owner, calling poke each time a
+// short poll interval passes without that.
+func (w *watcher) waitFor(t *testing.T, what string, owner backend.Owner, poke func()) {
 	t.Helper()
 	deadline := time.After(eventTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case ev := <-w.events:
-			if match(ev) {
-				return ev
+		case o := <-w.owners:
+			if o == owner {
+				return
 			}
 		case <-tick.C:
 			if poke != nil {
@@ -615,64 +636,101 @@ func (w *watcher) waitFor(t *testing.T, what string, match func(driftEvent) bool
 	}
 }
 
+// indexLookups records the links the backend looks up by index, which the
+// watch does only for an address notification of a link that no link
+// notification has told it about.
+type indexLookups struct {
+	netlinkOps
+	mu      sync.Mutex
+	indexes []int
+}
+
+func (l *indexLookups) LinkByIndex(i int) (netlink.Link, error) {
+	l.mu.Lock()
+	l.indexes = append(l.indexes, i)
+	l.mu.Unlock()
+	return l.netlinkOps.LinkByIndex(i)
+}
+
+func (l *indexLookups) lookedUp(index int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.indexes, index)
+}
+
+// TestWatchDrift makes each kind of drift on a bridge of its own, and one
+// for which the kernel sends notifications of one kind only, so that the
+// owner reported shows which subscription saw it. The bridges are down and
+// carry no IPv6 link-local address, whose duplicate address detection
+// would send address notifications of its own.
 func TestWatchDrift(t *testing.T) {
 	e := newTestEnv(t)
-	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
-	other := network(t, "net2", "10.0.0.0/8", "10.0.0.1")
-	e.ensure(t, want, backend.ActionCreated)
-	e.ensure(t, other, backend.ActionCreated)
-	name := BridgeName(want.UID)
-	link, err := e.hand.LinkByName(name)
+	changed := network(t, "changed", "192.168.0.0/16", "192.168.0.1")
+	readdressed := network(t, "readdressed", "10.0.0.0/8", "10.0.0.1")
+	deleted := network(t, "deleted", "172.16.0.0/24", "172.16.0.1")
+	bridges := map[backend.Owner]netlink.Link{}
+	for _, n := range []backend.Network{changed, readdressed, deleted} {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName(n.UID)}}
+		e.addLink(t, br, Alias(n.Owner))
+		bridges[n.Owner] = br
+	}
+	gw, err := netlink.ParseAddr("10.0.0.1/8")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := e.hand.AddrAdd(bridges[readdressed.Owner], gw); err != nil {
+		t.Fatal(err)
+	}
+	lookups := &indexLookups{netlinkOps: e.b.nl}
+	e.b.nl = lookups
 	w := startWatch(t, e)
 
-	// The subscription starts asynchronously: flip the bridge down, a
-	// drift of its own, until the watch sees it.
-	w.waitFor(t, "link change", func(ev driftEvent) bool {
-		return ev.Owner == want.Owner && ev.Kind == linkChanged
-	}, func() {
-		if err := e.hand.LinkSetDown(link); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.hand.LinkSetUp(link); err != nil {
+	// A link change: the MTU of a bridge that is down sends a link
+	// notification only. The subscription starts asynchronously, so the
+	// MTU changes until the watch sees it.
+	mtu := 1400
+	w.waitFor(t, "link change", changed.Owner, func() {
+		mtu = 2850 - mtu // 1450, 1400, 1450, …
+		if err := e.hand.LinkSetMTU(bridges[changed.Owner], mtu); err != nil {
 			t.Fatal(err)
 		}
 	})
 
-	// Foreign links' events are ignored.
+	// Foreign links' notifications are ignored. Each subscription hands
+	// over notifications in order, so these are handled before the
+	// removal and the deletion below are reported.
 	e.addNonBridge(t, "other0", "")
 	dummy, err := e.hand.LinkByName("other0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	extra, _ := netlink.ParseAddr("172.16.0.1/24")
+	extra, _ := netlink.ParseAddr("172.17.0.1/24")
 	if err := e.hand.AddrAdd(dummy, extra); err != nil {
 		t.Fatal(err)
 	}
 
-	gw, _ := netlink.ParseAddr("192.168.0.1/16")
-	if err := e.hand.AddrDel(link, gw); err != nil {
+	// An address removal sends an address notification only, of a link
+	// the watch has had no link notification of: it must look it up.
+	if err := e.hand.AddrDel(bridges[readdressed.Owner], gw); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor(t, "address removal", func(ev driftEvent) bool {
-		return ev.Owner == want.Owner && ev.Kind == addrDeleted
-	}, nil)
+	w.waitFor(t, "address removal", readdressed.Owner, nil)
+	if index := bridges[readdressed.Owner].Attrs().Index; !lookups.lookedUp(index) {
+		t.Errorf("the watch reported the address removal without looking up link %d: the address subscription did not see it", index)
+	}
 
-	if err := e.hand.LinkDel(link); err != nil {
+	// Deleting a bridge without addresses sends a link notification only.
+	if err := e.hand.LinkDel(bridges[deleted.Owner]); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor(t, "bridge deletion", func(ev driftEvent) bool {
-		return ev.Owner == want.Owner && ev.Kind == linkDeleted
-	}, nil)
+	w.waitFor(t, "bridge deletion", deleted.Owner, nil)
 
 	// Drain what is left: everything reported is one of ours.
 	for {
 		select {
-		case ev := <-w.events:
-			if ev.Owner != want.Owner && ev.Owner != other.Owner {
-				t.Errorf("reported a foreign owner: %+v", ev)
+		case o := <-w.owners:
+			if _, ours := bridges[o]; !ours {
+				t.Errorf("reported a foreign owner: %+v", o)
 			}
 			continue
 		default:
@@ -681,8 +739,12 @@ func TestWatchDrift(t *testing.T) {
 	}
 
 	// Ensure repairs what the watch reported.
-	e.ensure(t, want, backend.ActionCreated)
-	e.checkBridge(t, want)
+	e.ensure(t, changed, backend.ActionUpdated)
+	e.checkBridge(t, changed)
+	e.ensure(t, readdressed, backend.ActionUpdated)
+	e.checkBridge(t, readdressed)
+	e.ensure(t, deleted, backend.ActionCreated)
+	e.checkBridge(t, deleted)
 }
 
 func TestWatchDriftPublic(t *testing.T) {
@@ -742,7 +804,7 @@ wait:
 func TestNetnsLifecycle(t *testing.T) {
 	nettest.RequireRoot(t)
 	name := nettest.NetnsName("netop-t-")
-	t.Cleanup(func() { _ = DeleteNetns(name) })
+	t.Cleanup(func() { _ = nettest.DeleteNetns(name) })
 	for range 2 {
 		if err := EnsureNetns(name); err != nil {
 			t.Fatalf("EnsureNetns: %v", err)
@@ -766,7 +828,7 @@ func TestNetnsLifecycle(t *testing.T) {
 		t.Error("EnsureNetns left the thread in the new namespace")
 	}
 	for range 2 {
-		if err := DeleteNetns(name); err != nil {
+		if err := nettest.DeleteNetns(name); err != nil {
 			t.Fatalf("DeleteNetns: %v", err)
 		}
 	}
@@ -774,7 +836,7 @@ func TestNetnsLifecycle(t *testing.T) {
 		t.Errorf("after DeleteNetns: %v", err)
 	}
 	for _, bad := range []string{"", ".", "..", "a/b", "../etc"} {
-		if EnsureNetns(bad) == nil || DeleteNetns(bad) == nil {
+		if EnsureNetns(bad) == nil || nettest.DeleteNetns(bad) == nil {
 			t.Errorf("name %q accepted", bad)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -64,25 +63,6 @@ func createNetns(name string) error {
 
 	if createErr != nil {
 		return fmt.Errorf("create network namespace %q (needs CAP_SYS_ADMIN): %w", name, createErr)
-	}
-	return nil
-}
-
-// DeleteNetns removes the named network namespace. The namespace itself
-// lives on while processes or open handles still use it. A namespace that
-// does not exist is not an error.
-func DeleteNetns(name string) error {
-	if err := validNetnsName(name); err != nil {
-		return err
-	}
-	path := filepath.Join(netnsDir, name)
-	// EINVAL: not a mount point, a leftover of an interrupted creation;
-	// removing the file is still right.
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete network namespace %q: unmount %s: %w", name, path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("delete network namespace %q: %w", name, err)
 	}
 	return nil
 }

@@ -14,34 +14,10 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 )
 
-// driftKind says what changed; only tests need it.
-type driftKind int
-
-const (
-	linkChanged driftKind = iota
-	linkDeleted
-	addrAdded
-	addrDeleted
-)
-
-type driftEvent struct {
-	Owner backend.Owner
-	Kind  driftKind
-}
-
 // watchBufferSize is the socket receive buffer asked for, so that a burst
 // of changes (many Networks at once) does not overflow it: an overflow
 // ends the watch and makes the caller restart it.
 const watchBufferSize = 1 << 20
-
-// WatchDrift calls changed with the owner of every netop bridge that
-// changes or disappears, until ctx is done. Changes netop makes itself are
-// reported too; the resulting Ensure is a no-op. changed should not block
-// (enqueue and return): while it runs, events queue up in the kernel, and
-// if they overflow the watch ends with an error.
-func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) error {
-	return b.watch(ctx, func(e driftEvent) { changed(e.Owner) })
-}
 
 // subscriptionError keeps the last error a subscription reported, which
 // explains why its channel was closed.
@@ -70,7 +46,12 @@ func (s *subscriptionError) ended() error {
 	return fmt.Errorf("%s subscription ended", s.what)
 }
 
-func (b *Backend) watch(ctx context.Context, report func(driftEvent)) error {
+// WatchDrift calls changed with the owner of every netop bridge that
+// changes or disappears, until ctx is done. Changes netop makes itself are
+// reported too; the resulting Ensure is a no-op. changed should not block
+// (enqueue and return): while it runs, events queue up in the kernel, and
+// if they overflow the watch ends with an error.
+func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) error {
 	logger := klog.FromContext(ctx).WithValues("netns", b.netnsName)
 	done := make(chan struct{})
 	linkCh := make(chan netlink.LinkUpdate, 64)
@@ -138,14 +119,9 @@ func (b *Backend) watch(ctx context.Context, report func(driftEvent)) error {
 			} else {
 				owners[index] = linkOwner{owner: owner, ours: ours}
 			}
-			if !ours {
-				continue
+			if ours {
+				changed(owner)
 			}
-			kind := linkChanged
-			if u.Header.Type == unix.RTM_DELLINK {
-				kind = linkDeleted
-			}
-			report(driftEvent{Owner: owner, Kind: kind})
 
 		case u, ok := <-addrCh:
 			if !ok {
@@ -165,14 +141,9 @@ func (b *Backend) watch(ctx context.Context, report func(driftEvent)) error {
 				lo.owner, lo.ours = ownerOf(link)
 				owners[u.LinkIndex] = lo
 			}
-			if !lo.ours {
-				continue
+			if lo.ours {
+				changed(lo.owner)
 			}
-			kind := addrAdded
-			if !u.NewAddr {
-				kind = addrDeleted
-			}
-			report(driftEvent{Owner: lo.owner, Kind: kind})
 		}
 	}
 }

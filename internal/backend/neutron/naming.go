@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/netspec"
 )
 
 const (
@@ -128,7 +129,7 @@ type addrRange struct{ start, end netip.Addr }
 // Large prefixes stay two ranges at most.
 func allocationPools(cidr netip.Prefix, gw netip.Addr) []addrRange {
 	first := cidr.Masked().Addr()
-	last := lastAddr(cidr)
+	last := netspec.LastAddr(cidr)
 	lo := first.Next()
 	hi := last
 	if first.Is4() {
@@ -150,23 +151,6 @@ func allocationPools(cidr netip.Prefix, gw netip.Addr) []addrRange {
 		}
 	}
 	return pools
-}
-
-// lastAddr returns the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr()
-	b := a.AsSlice()
-	bits := p.Bits()
-	for i := range b {
-		// Set every bit at or past the prefix length.
-		for j := 0; j < 8; j++ {
-			if i*8+j >= bits {
-				b[i] |= 0x80 >> j
-			}
-		}
-	}
-	out, _ := netip.AddrFromSlice(b)
-	return out
 }
 
 func toNeutronPools(pools []addrRange) []subnets.AllocationPool {
@@ -216,21 +200,11 @@ func parseSubnet(s *subnets.Subnet) (netip.Prefix, netip.Addr, error) {
 	return p.Masked(), gw.Unmap(), nil
 }
 
+// validNetwork adds Neutron's rule for UIDs, which must fit in a tag, to
+// what every backend checks.
 func validNetwork(n backend.Network) error {
 	if !validUID(n.UID) {
 		return fmt.Errorf("invalid UID %q", n.UID)
 	}
-	if !n.CIDR.IsValid() {
-		return fmt.Errorf("invalid CIDR %s", n.CIDR)
-	}
-	if n.CIDR.Addr().Is4In6() {
-		return fmt.Errorf("CIDR %s: IPv4-mapped IPv6 prefixes are not supported", n.CIDR)
-	}
-	if n.CIDR != n.CIDR.Masked() {
-		return fmt.Errorf("CIDR %s has host bits set (did you mean %s?)", n.CIDR, n.CIDR.Masked())
-	}
-	if !n.CIDR.Contains(n.Gateway) {
-		return fmt.Errorf("gateway %s is not an address in %s", n.Gateway, n.CIDR)
-	}
-	return nil
+	return n.Validate()
 }

@@ -7,22 +7,19 @@ package network
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -32,6 +29,14 @@ import (
 
 // Name is the controller's name in logs, metrics and Events.
 const Name = "network"
+
+// Reasons of the Normal Events on a Network. Warnings use the condition
+// reasons of the API (samplecrdv1.ReasonInvalid, ReasonBackendError).
+const (
+	ReasonCreated = "Created"
+	ReasonUpdated = "Updated"
+	ReasonDeleted = "Deleted"
+)
 
 // uidIndex indexes Networks by UID, the key that backends record.
 const uidIndex = "uid"
@@ -50,15 +55,14 @@ type Options struct {
 
 // Controller reconciles Networks with a backend.
 type Controller struct {
+	*runner.Controller
 	client   versioned.Interface
 	lister   samplecrdlisters.NetworkLister
 	indexer  cache.Indexer
 	synced   cache.DoneChecker
-	queue    workqueue.TypedRateLimitingInterface[string]
 	backend  backend.Backend
 	recorder record.EventRecorder
 	metrics  *metrics.Metrics
-	opts     Options
 	// written holds, by UID, the status last written (writtenStatus).
 	written sync.Map
 }
@@ -67,15 +71,6 @@ type Controller struct {
 // factory is started: it registers an index and event handlers.
 func New(ctx context.Context, client versioned.Interface, informer samplecrdinformers.NetworkInformer,
 	be backend.Backend, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
-	if opts.Workers < 1 {
-		return nil, fmt.Errorf("workers must be at least 1, got %d", opts.Workers)
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = 100 * time.Millisecond
-	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		opts.MaxBackoff = 30 * time.Second
-	}
 	if err := informer.Informer().AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
 		n, ok := obj.(*samplecrdv1.Network)
 		if !ok {
@@ -86,19 +81,19 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		return nil, fmt.Errorf("adding UID index: %w", err)
 	}
 	c := &Controller{
-		client:  client,
-		lister:  informer.Lister(),
-		indexer: informer.Informer().GetIndexer(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			// Per-item exponential backoff, capped, so that a broken backend
-			// is retried steadily but never in a hot loop.
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.MinBackoff, opts.MaxBackoff),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, MetricsProvider: m.WorkqueueProvider()},
-		),
+		client:   client,
+		lister:   informer.Lister(),
+		indexer:  informer.Informer().GetIndexer(),
 		backend:  be,
 		recorder: recorder,
 		metrics:  m,
-		opts:     opts,
+	}
+	var err error
+	c.Controller, err = runner.New(runner.Options{
+		Name: Name, Workers: opts.Workers, MinBackoff: opts.MinBackoff, MaxBackoff: opts.MaxBackoff, Metrics: m,
+	}, c.sync)
+	if err != nil {
+		return nil, err
 	}
 	logger := klog.FromContext(ctx)
 	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -109,11 +104,11 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			if n, ok := obj.(*samplecrdv1.Network); ok && converged(n) {
 				return
 			}
-			c.enqueue(obj)
+			c.Enqueue(obj)
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			if needsReconcile(oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)) {
-				c.enqueue(newObj)
+				c.Enqueue(newObj)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -124,13 +119,21 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			if ok {
 				c.written.Delete(n.UID)
 			}
-			c.enqueue(obj)
+			c.Enqueue(obj)
 		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	c.synced = registration.HasSyncedChecker()
+	c.WaitFor(c.synced)
+	if w, ok := be.(backend.DriftWatcher); ok {
+		c.Go(func(ctx context.Context) { c.watchDrift(ctx, w) })
+	}
+	// The first pass runs as soon as the caches synced: it cleans up what
+	// was orphaned while netop was down.
+	c.Every("resync", opts.Resync, c.resync)
+	logger.V(1).Info("Network controller configured", "workers", opts.Workers, "backend", be.Type(), "resync", opts.Resync)
 	return c, nil
 }
 
@@ -165,81 +168,6 @@ func converged(n *samplecrdv1.Network) bool {
 		meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady)
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		runtime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
-
-// Run waits for the cache, then runs the workers, the drift watch and the
-// resync loop until ctx is done.
-func (c *Controller) Run(ctx context.Context) error {
-	defer runtime.HandleCrashWithContext(ctx)
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx).WithValues("controller", Name)
-	ctx = klog.NewContext(ctx, logger)
-
-	if !cache.WaitFor(ctx, "informer cache sync", c.synced) {
-		if ctx.Err() != nil {
-			return nil // stopped while starting
-		}
-		return errors.New("informer cache did not sync")
-	}
-	logger.Info("Starting workers", "workers", c.opts.Workers, "backend", c.backend.Type(), "resync", c.opts.Resync)
-
-	var wg wait.Group
-	for range c.opts.Workers {
-		wg.StartWithContext(ctx, func(ctx context.Context) {
-			for c.processNextItem(ctx) {
-			}
-		})
-	}
-	if w, ok := c.backend.(backend.DriftWatcher); ok {
-		wg.StartWithContext(ctx, func(ctx context.Context) { c.watchDrift(ctx, w) })
-	}
-	wg.StartWithContext(ctx, func(ctx context.Context) {
-		// The first pass runs at once: it cleans up what was orphaned
-		// while netop was down.
-		wait.UntilWithContext(ctx, c.resync, c.opts.Resync)
-	})
-	<-ctx.Done()
-	logger.Info("Shutting down workers")
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-
-	start := time.Now()
-	err := c.sync(ctx, key)
-	c.metrics.ReconcileDuration.WithLabelValues(Name).Observe(time.Since(start).Seconds())
-	switch {
-	case err == nil:
-		c.metrics.ReconcileTotal.WithLabelValues(Name, "success").Inc()
-		c.queue.Forget(key)
-	case apierrors.IsConflict(err):
-		// Our cache was behind; the watch brings the newer object, and
-		// the retry works on it.
-		c.metrics.ReconcileTotal.WithLabelValues(Name, "conflict").Inc()
-		klog.FromContext(ctx).V(2).Info("Conflict, retrying", "network", key)
-		c.queue.AddRateLimited(key)
-	default:
-		c.metrics.ReconcileTotal.WithLabelValues(Name, "error").Inc()
-		klog.FromContext(ctx).Error(err, "Reconcile failed, retrying", "network", key, "retries", c.queue.NumRequeues(key))
-		c.queue.AddRateLimited(key)
-	}
-	return true
-}
-
 // watchDrift enqueues the Network of every backend network changed behind
 // netop's back, restarting the watch when it breaks.
 func (c *Controller) watchDrift(ctx context.Context, w backend.DriftWatcher) {
@@ -247,8 +175,8 @@ func (c *Controller) watchDrift(ctx context.Context, w backend.DriftWatcher) {
 	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for ctx.Err() == nil {
 		err := w.WatchDrift(ctx, func(owner backend.Owner) {
-			if key, ok := c.keyForUID(owner.UID); ok {
-				c.queue.Add(key)
+			if name, ok := c.nameForUID(owner.UID); ok {
+				c.Add(name)
 			}
 		})
 		if ctx.Err() != nil {
@@ -264,18 +192,18 @@ func (c *Controller) watchDrift(ctx context.Context, w backend.DriftWatcher) {
 	}
 }
 
-func (c *Controller) keyForUID(uid any) (string, bool) {
+func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 	objs, err := c.indexer.ByIndex(uidIndex, fmt.Sprint(uid))
 	if err != nil || len(objs) == 0 {
-		return "", false
+		return cache.ObjectName{}, false
 	}
-	key, err := cache.MetaNamespaceKeyFunc(objs[0])
-	return key, err == nil
+	name, err := cache.ObjectToName(objs[0])
+	return name, err == nil
 }
 
 func (c *Controller) enqueueAll() {
-	for _, key := range c.indexer.ListKeys() {
-		c.queue.Add(key)
+	for _, obj := range c.indexer.List() {
+		c.Enqueue(obj)
 	}
 }
 

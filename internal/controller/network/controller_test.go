@@ -7,8 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
@@ -31,50 +31,14 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// faultyBackend wraps the real linux backend to inject failures and count
-// what the controller asks of it.
-type faultyBackend struct {
-	*linux.Backend
-	fail      atomic.Pointer[error]
-	ensured   sync.Map // UIDs ensured
-	ensures   atomic.Int64
-	mutations atomic.Int64
-	lists     atomic.Int64
-}
-
-func (f *faultyBackend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
-	f.ensures.Add(1)
-	f.ensured.Store(want.UID, true)
-	if err := f.fail.Load(); err != nil {
-		return backend.Result{}, *err
-	}
-	res, err := f.Backend.Ensure(ctx, want, recorded)
-	if res.Action != backend.ActionNone {
-		f.mutations.Add(1)
-	}
-	return res, err
-}
-
-func (f *faultyBackend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
-	if err := f.fail.Load(); err != nil {
-		return *err
-	}
-	f.mutations.Add(1)
-	return f.Backend.Delete(ctx, owner, recorded)
-}
-
-func (f *faultyBackend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
-	f.lists.Add(1)
-	return f.Backend.ListOwned(ctx)
-}
-
 // harness is one test's namespace, network namespace, backend and operator.
 type harness struct {
 	t       *testing.T
 	env     *testenv.Env
 	ns      string
 	netns   string
-	backend *faultyBackend
+	linux   *linux.Backend
+	backend *backendtest.Backend
 	opts    *operator.Options
 	op      *operator.Operator
 	stopOp  func()
@@ -86,7 +50,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 	env := testenv.Get(t)
 	h := &harness{t: t, env: env, ns: env.Namespace(t), netns: nettest.NetnsName("netop-t-")}
 	t.Cleanup(func() {
-		if err := linux.DeleteNetns(h.netns); err != nil {
+		if err := nettest.DeleteNetns(h.netns); err != nil {
 			t.Errorf("deleting netns: %v", err)
 		}
 	})
@@ -95,7 +59,7 @@ func newHarness(t *testing.T, resync time.Duration) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(lb.Close)
-	h.backend = &faultyBackend{Backend: lb}
+	h.linux, h.backend = lb, backendtest.Wrap(lb)
 	h.opts = operator.NewOptions()
 	h.opts.Namespace = h.ns
 	h.opts.Resync = resync
@@ -325,7 +289,7 @@ func TestDeleteWhileStopped(t *testing.T) {
 func TestOrphanSwept(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	orphanUID := types.UID("0badc0de-0000-4000-8000-000000000001")
-	res, err := h.backend.Backend.Ensure(context.Background(), backend.Network{
+	res, err := h.linux.Ensure(context.Background(), backend.Network{
 		Owner:   backend.Owner{Namespace: h.ns, Name: "never-existed", UID: orphanUID},
 		CIDR:    netip.MustParsePrefix("10.40.0.0/24"),
 		Gateway: netip.MustParseAddr("10.40.0.1"),
@@ -341,12 +305,12 @@ func TestOrphanSwept(t *testing.T) {
 	h.waitBridge(res.Status.Interface)
 
 	// The live one survives later sweeps too.
-	lists := h.backend.lists.Load()
+	lists := h.backend.Calls(backend.OperationList)
 	h.opts.Resync = 50 * time.Millisecond
 	h.stopOp()
 	h.start()
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-		return h.backend.lists.Load() >= lists+3, "waiting for three sweeps"
+		return h.backend.Calls(backend.OperationList) >= lists+3, "waiting for three sweeps"
 	})
 	h.waitBridge(n.Status.Backend.Interface, "10.41.0.1/24")
 }
@@ -357,7 +321,7 @@ func TestOrphanSwept(t *testing.T) {
 func TestBackendFailureAndRecovery(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	injected := errors.New("injected: netlink said no")
-	h.backend.fail.Store(&injected)
+	h.backend.Fail(injected)
 	h.start()
 	h.create("flaky", "10.50.0.0/24", "10.50.0.1")
 	n := h.waitReady("flaky", metav1.ConditionFalse, samplecrdv1.ReasonBackendError)
@@ -367,11 +331,11 @@ func TestBackendFailureAndRecovery(t *testing.T) {
 	h.waitEvent("flaky", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonBackendError)
 	// It keeps trying while the backend fails (backoff from 100 ms).
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-		n := h.backend.ensures.Load()
+		n := h.backend.Calls(backend.OperationEnsure)
 		return n >= 3, fmt.Sprintf("the backend was tried %d times while failing, want retries", n)
 	})
 
-	h.backend.fail.Store(nil)
+	h.backend.Fail(nil)
 	n = h.waitReady("flaky", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
 	h.waitBridge(n.Status.Backend.Interface, "10.50.0.1/24")
 }
@@ -387,7 +351,7 @@ func TestInvalidSpec(t *testing.T) {
 		t.Fatalf("message %q does not name spec.gateway", c.Message)
 	}
 	h.waitEvent("invalid", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonInvalid)
-	if got := h.backend.ensures.Load(); got != 0 {
+	if got := h.backend.Calls(backend.OperationEnsure); got != 0 {
 		t.Fatalf("the backend was called %d times for an invalid spec", got)
 	}
 	if owned, _ := h.backend.ListOwned(context.Background()); len(owned) != 0 {
@@ -422,15 +386,15 @@ func TestResyncIsANoop(t *testing.T) {
 		return total
 	}
 	before := writes()
-	mutations, lists := h.backend.mutations.Load(), h.backend.lists.Load()
+	mutations, lists := h.backend.Changes(), h.backend.Calls(backend.OperationList)
 
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-		return h.backend.lists.Load() >= lists+5, "waiting for five resyncs"
+		return h.backend.Calls(backend.OperationList) >= lists+5, "waiting for five resyncs"
 	})
 	if got := writes() - before; got != 0 {
 		t.Errorf("%v API writes during idle resyncs, want 0", got)
 	}
-	if got := h.backend.mutations.Load() - mutations; got != 0 {
+	if got := h.backend.Changes() - mutations; got != 0 {
 		t.Errorf("%d backend mutations during idle resyncs, want 0", got)
 	}
 }
@@ -461,23 +425,21 @@ func TestRestartOfConvergedNetworksIsCheap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.backend.ensured.Clear()
-	lists := h.backend.lists.Load()
+	h.backend.ResetCounts()
 	h.start()
 	h.waitBridge(broken.Status.Backend.Interface, "10.80.4.1/24")
-	if got := h.backend.lists.Load() - lists; got != 1 {
+	if got := h.backend.Calls(backend.OperationList); got != 1 {
 		t.Errorf("%d backend lists at start, want 1", got)
 	}
-	h.backend.ensured.Range(func(uid, _ any) bool {
+	for _, uid := range h.backend.EnsuredUIDs() {
 		if uid != broken.UID {
 			t.Errorf("Network %s was reconciled at restart though it was converged", uid)
 		}
-		return true
-	})
+	}
 	m := h.op.Metrics()
 	// The bench's "synced after the initial list" comes from these.
-	listed := testutil.ToFloat64(m.Startup.WithLabelValues("networks_listed"))
-	synced := testutil.ToFloat64(m.Startup.WithLabelValues("caches_synced"))
+	listed := testutil.ToFloat64(m.Startup.WithLabelValues(metrics.PhaseNetworksListed))
+	synced := testutil.ToFloat64(m.Startup.WithLabelValues(metrics.PhaseCachesSynced))
 	if listed <= 0 || synced <= listed {
 		t.Errorf("startup phases: networks listed after %v s, caches synced after %v s", listed, synced)
 	}

@@ -6,10 +6,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
@@ -29,7 +29,7 @@ func (c *Controller) resync(ctx context.Context) {
 	observed := make(map[types.UID]backend.Observed, len(owned))
 	for _, o := range owned {
 		observed[o.UID] = o
-		if _, claimed := c.keyForUID(o.UID); claimed {
+		if _, claimed := c.nameForUID(o.UID); claimed {
 			continue
 		}
 		if c.liveNetworkExists(ctx, o.Owner) {
@@ -40,17 +40,15 @@ func (c *Controller) resync(ctx context.Context) {
 			logger.Error(err, "Deleting orphaned backend network failed", "uid", o.UID)
 			continue
 		}
-		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), "Swept").Inc()
+		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeSwept).Inc()
 	}
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv1.Network)
 		if !ok || n.DeletionTimestamp != nil || inSync(n, observed) {
 			continue
 		}
-		if key, err := cache.MetaNamespaceKeyFunc(n); err == nil {
-			logger.V(2).Info("Backend network differs from the Network; reconciling", "network", key, "observed", observed[n.UID], "status", n.Status.Backend)
-			c.queue.Add(key)
-		}
+		logger.V(2).Info("Backend network differs from the Network; reconciling", "network", klog.KObj(n), "observed", observed[n.UID], "status", n.Status.Backend)
+		c.Enqueue(n)
 	}
 }
 

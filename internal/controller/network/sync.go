@@ -16,22 +16,19 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
-// sync reconciles one Network, named by its namespace/name key: desired
-// state from the Network, actual state from the backend, and the difference
-// applied. It returns an error only for what a retry can fix.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil // not a key we made; retrying cannot help
-	}
-	logger := klog.FromContext(ctx).WithValues("network", klog.KRef(namespace, name))
+// sync reconciles one Network: desired state from the Network, actual
+// state from the backend, and the difference applied. It returns an error
+// only for what a retry can fix.
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	logger := klog.FromContext(ctx).WithValues("network", klog.KRef(name.Namespace, name.Name))
 	ctx = klog.NewContext(ctx, logger)
 
-	cached, err := c.lister.Networks(namespace).Get(name)
+	cached, err := c.lister.Networks(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		// Gone: the finalizer made sure its backend network went first.
 		// Anything left over is the sweeper's.
@@ -77,9 +74,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	switch res.Action {
 	case backend.ActionCreated:
-		c.eventf(n, corev1.EventTypeNormal, "Created", "Created %s network %s for %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+		c.eventf(n, corev1.EventTypeNormal, ReasonCreated, "Created %s network %s for %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
 	case backend.ActionUpdated:
-		c.eventf(n, corev1.EventTypeNormal, "Updated", "Updated %s network %s to %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+		c.eventf(n, corev1.EventTypeNormal, ReasonUpdated, "Updated %s network %s to %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
 	}
 	if res.Action != backend.ActionNone {
 		c.metrics.BackendChanges.WithLabelValues(string(res.Status.Type), string(res.Action)).Inc()
@@ -107,8 +104,8 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		}
 		return fmt.Errorf("deleting backend network: %w", err)
 	}
-	c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), "Deleted").Inc()
-	c.eventf(n, corev1.EventTypeNormal, "Deleted", "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
+	c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
+	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
 	klog.FromContext(ctx).Info("Backend network deleted")
 	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrdv1.Finalizer }))
 	if apierrors.IsNotFound(err) {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,9 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -28,9 +25,9 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/metrics"
 )
@@ -38,33 +35,38 @@ import (
 // Name is the controller's name in logs and metrics.
 const Name = "workload"
 
+// Reasons of the Events on Deployments and templates.
+const (
+	ReasonInjected        = "SidecarInjected"
+	ReasonUpdated         = "SidecarUpdated"
+	ReasonRemoved         = "SidecarRemoved"
+	ReasonNameConflict    = "NameConflict"
+	ReasonInvalidTemplate = envoy.ReasonInvalidTemplate
+)
+
 // Controller initializes Deployments with the Envoy template.
 type Controller struct {
+	*runner.Controller
 	kube              kubernetes.Interface
 	deployments       appslisters.DeploymentLister
 	templates         corelisters.ConfigMapLister
-	synced            []cache.DoneChecker
-	queue             workqueue.TypedRateLimitingInterface[string]
 	recorder          record.EventRecorder
-	metrics           *metrics.Metrics
 	operatorNamespace string
-	workers           int
 }
 
 // New makes the controller; call it before the informers start.
 func New(ctx context.Context, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer, templates coreinformers.ConfigMapInformer,
 	recorder record.EventRecorder, m *metrics.Metrics, operatorNamespace string, workers int) (*Controller, error) {
 	c := &Controller{
-		kube:        kube,
-		deployments: deployments.Lister(),
-		templates:   templates.Lister(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, MetricsProvider: m.WorkqueueProvider()}),
+		kube:              kube,
+		deployments:       deployments.Lister(),
+		templates:         templates.Lister(),
 		recorder:          recorder,
-		metrics:           m,
 		operatorNamespace: operatorNamespace,
-		workers:           workers,
+	}
+	var err error
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: workers, Metrics: m}, c.sync); err != nil {
+		return nil, err
 	}
 	logger := klog.FromContext(ctx)
 	deploymentsHandled, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -88,7 +90,7 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 	}
 	// Synced once both caches are full and the handlers have been handed
 	// their initial lists.
-	c.synced = []cache.DoneChecker{deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker()}
+	c.WaitFor(deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker())
 	return c, nil
 }
 
@@ -102,9 +104,7 @@ func (c *Controller) enqueueDeployment(obj any) {
 	if !ok || !relevant(d) {
 		return
 	}
-	if key, err := cache.MetaNamespaceKeyFunc(d); err == nil {
-		c.queue.Add(key)
-	}
+	c.Enqueue(d)
 }
 
 // enqueueForTemplate re-checks the Deployments a template serves: those in
@@ -130,53 +130,10 @@ func (c *Controller) enqueueForTemplate(obj any) {
 	}
 }
 
-// Run runs the workers until ctx is done.
-func (c *Controller) Run(ctx context.Context) error {
-	defer runtime.HandleCrashWithContext(ctx)
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx).WithValues("controller", Name)
-	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitFor(ctx, "informer cache sync", c.synced...) {
-		return nil // stopped while starting
-	}
-	var wg wait.Group
-	for range c.workers {
-		wg.StartWithContext(ctx, func(ctx context.Context) {
-			for c.processNextItem(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		c.metrics.ReconcileTotal.WithLabelValues(Name, "error").Inc()
-		klog.FromContext(ctx).Error(err, "Initializing workload failed, retrying", "deployment", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.metrics.ReconcileTotal.WithLabelValues(Name, "success").Inc()
-	c.queue.Forget(key)
-	return true
-}
-
 // sync brings one Deployment's pod template in line with its annotation
 // and the current template.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	cached, err := c.deployments.Deployments(namespace).Get(name)
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	cached, err := c.deployments.Deployments(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -193,9 +150,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		tmpl, cm, err = envoy.Find(c.templates, d.Namespace, c.operatorNamespace)
 		if err != nil {
 			// Not retried: a fixed template is a new event.
-			c.recorder.Eventf(d, corev1.EventTypeWarning, "InvalidTemplate", "Envoy sidecar not injected: %v", err)
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
 			if cm != nil {
-				c.recorder.Eventf(cm, corev1.EventTypeWarning, "InvalidTemplate", "Deployment %s/%s not initialized: %v", d.Namespace, d.Name, err)
+				c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "Deployment %s/%s not initialized: %v", d.Namespace, d.Name, err)
 			}
 			return nil
 		}
@@ -228,7 +185,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if clash := tmpl.Clash(&stripped.Spec.Template.Spec); clash != "" {
 			// Merging by name would take over the workload's own container
 			// or volume, and removing the sidecar later would delete it.
-			c.recorder.Eventf(d, corev1.EventTypeWarning, "NameConflict", "Envoy sidecar not injected: %s", clash)
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNameConflict, "Envoy sidecar not injected: %s", clash)
 			return nil
 		}
 		add, err := tmpl.Patch(&stripped.Spec.Template.Spec, "spec", "template")
@@ -248,13 +205,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	switch {
 	case tmpl == nil:
-		c.recorder.Event(d, corev1.EventTypeNormal, "SidecarRemoved", "Removed the envoy sidecar")
+		c.recorder.Event(d, corev1.EventTypeNormal, ReasonRemoved, "Removed the envoy sidecar")
 		logger.Info("Removed the envoy sidecar")
 	case injected == "":
-		c.recorder.Eventf(d, corev1.EventTypeNormal, "SidecarInjected", "Injected the envoy sidecar from %s", tmpl.Source)
+		c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonInjected, "Injected the envoy sidecar from %s", tmpl.Source)
 		logger.Info("Injected the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	default:
-		c.recorder.Eventf(d, corev1.EventTypeNormal, "SidecarUpdated", "Updated the envoy sidecar from %s", tmpl.Source)
+		c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonUpdated, "Updated the envoy sidecar from %s", tmpl.Source)
 		logger.Info("Updated the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	}
 	return nil

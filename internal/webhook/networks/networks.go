@@ -7,7 +7,6 @@ package networks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,17 +25,28 @@ import (
 )
 
 // Admission holds what the Network webhooks need: every Network, from an
-// informer cache, for the overlap check (no List per request).
+// informer cache, for the overlap check (no List per request), and the
+// decoder of admitted objects.
 type Admission struct {
 	Networks samplecrdlisters.NetworkLister
+	Decoder  *webhook.Decoder
 }
 
-func decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
+func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
 	n := &samplecrdv1.Network{}
-	if err := json.Unmarshal(req.Object.Raw, n); err != nil {
+	if err := a.Decoder.Decode(req.Object, n); err != nil {
 		return nil, webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding Network: %v", err))
 	}
 	return n, nil
+}
+
+// decodeOld decodes the object an update replaces; nil when it cannot.
+func (a *Admission) decodeOld(req *admissionv1.AdmissionRequest) *samplecrdv1.Network {
+	old := &samplecrdv1.Network{}
+	if a.Decoder.Decode(req.OldObject, old) != nil {
+		return nil
+	}
+	return old
 }
 
 // Validate rejects Networks that cannot be realised, with messages that
@@ -45,15 +55,14 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	n, denied := decode(req)
+	n, denied := a.decode(req)
 	if denied != nil {
 		return denied
 	}
 	if req.Operation == admissionv1.Update {
 		// Metadata changes (the controller removing its finalizer) must
 		// never be blocked by a spec that an older rule let in.
-		old := &samplecrdv1.Network{}
-		if n.DeletionTimestamp != nil || json.Unmarshal(req.OldObject.Raw, old) == nil && old.Spec == n.Spec {
+		if old := a.decodeOld(req); n.DeletionTimestamp != nil || old != nil && old.Spec == n.Spec {
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		}
 	}
@@ -102,7 +111,7 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	n, denied := decode(req)
+	n, denied := a.decode(req)
 	if denied != nil {
 		return denied
 	}
@@ -111,8 +120,7 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 		// A gateway that was defaulted stays in the spec; when the cidr
 		// moves and the gateway is still the old default, it moves too,
 		// or the user's `kubectl apply` of a new cidr alone would fail.
-		old := &samplecrdv1.Network{}
-		if json.Unmarshal(req.OldObject.Raw, old) == nil && old.Spec.CIDR != n.Spec.CIDR {
+		if old := a.decodeOld(req); old != nil && old.Spec.CIDR != n.Spec.CIDR {
 			if oldResolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: old.Spec.CIDR}); len(errs) == 0 && oldResolved.Gateway.String() == n.Spec.Gateway {
 				if resolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: n.Spec.CIDR}); len(errs) == 0 {
 					ops = append(ops, jsonpatch.NewOperation("replace", "/spec/gateway", resolved.Gateway.String()))

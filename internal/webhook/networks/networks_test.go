@@ -13,7 +13,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	netopscheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
@@ -25,10 +27,14 @@ func admissionWith(t testing.TB, nets ...*samplecrdv1.Network) *Admission {
 			t.Fatal(err)
 		}
 	}
-	return &Admission{Networks: samplecrdlisters.NewNetworkLister(indexer)}
+	return &Admission{Networks: samplecrdlisters.NewNetworkLister(indexer), Decoder: webhook.NewDecoder(netopscheme.Scheme)}
 }
 
+// request is what the API server sends: the object with its apiVersion and
+// kind.
 func request(op admissionv1.Operation, n *samplecrdv1.Network) *admissionv1.AdmissionRequest {
+	n = n.DeepCopy()
+	n.TypeMeta = metav1.TypeMeta{APIVersion: samplecrdv1.SchemeGroupVersion.String(), Kind: "Network"}
 	raw, _ := json.Marshal(n)
 	return &admissionv1.AdmissionRequest{UID: "u", Operation: op, Object: runtime.RawExtension{Raw: raw}}
 }
@@ -96,6 +102,26 @@ func BenchmarkDefault(b *testing.B) {
 
 func netipPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
+// Objects are decoded by the apiVersion and kind they carry: one that is
+// not a Network is refused, not misread.
+func TestDecodeByKind(t *testing.T) {
+	a := admissionWith(t)
+	for name, raw := range map[string]string{
+		"no kind":       `{"metadata":{"name":"n"},"spec":{"cidr":"10.0.0.0/16"}}`,
+		"another kind":  `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"n"}}`,
+		"unknown group": `{"apiVersion":"example.com/v1","kind":"Network","metadata":{"name":"n"},"spec":{"cidr":"10.0.0.0/16"}}`,
+	} {
+		req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(raw)}}
+		if resp := a.Validate(context.Background(), req); resp.Allowed || resp.Result.Code != 400 {
+			t.Errorf("%s: allowed=%v result %+v, want a 400", name, resp.Allowed, resp.Result)
+		}
+	}
+	n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.0.0.0/16"}}
+	if resp := a.Validate(context.Background(), request(admissionv1.Create, n)); !resp.Allowed {
+		t.Errorf("a samplecrd.k8s.io/v1 Network: %+v", resp.Result)
+	}
+}
+
 // A defaulted gateway follows a cidr change; a gateway the user chose does
 // not.
 func TestDefaultMovesADefaultedGatewayWithTheCIDR(t *testing.T) {
@@ -105,7 +131,7 @@ func TestDefaultMovesADefaultedGatewayWithTheCIDR(t *testing.T) {
 		cur := old.DeepCopy()
 		cur.Spec.CIDR = cidr
 		req := request(admissionv1.Update, cur)
-		req.OldObject.Raw, _ = json.Marshal(old)
+		req.OldObject = request(admissionv1.Update, old).Object
 		return string(a.Default(context.Background(), req).Patch)
 	}
 	if got, want := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.1"), `[{"op":"replace","path":"/spec/gateway","value":"10.2.0.1"}]`; got != want {

@@ -68,7 +68,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	tmpl, cm, err := envoy.Find(i.ConfigMaps, pod.Namespace, i.OperatorNamespace)
 	if err != nil {
 		if cm != nil {
-			i.Recorder.Eventf(cm, corev1.EventTypeWarning, "InvalidTemplate", "Pod %s/%s not injected: %v", pod.Namespace, podName(pod), err)
+			i.Recorder.Eventf(cm, corev1.EventTypeWarning, envoy.ReasonInvalidTemplate, "Pod %s/%s not injected: %v", pod.Namespace, podName(pod), err)
 		}
 		logger.Info("Rejected pod: broken envoy template", "err", err)
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,

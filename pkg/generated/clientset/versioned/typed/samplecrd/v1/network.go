@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	applyconfigurationsamplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
 	scheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -47,18 +48,21 @@ type NetworkInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*samplecrdv1.NetworkList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (result *samplecrdv1.Network, err error)
+	Apply(ctx context.Context, network *applyconfigurationsamplecrdv1.NetworkApplyConfiguration, opts metav1.ApplyOptions) (result *samplecrdv1.Network, err error)
+	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
+	ApplyStatus(ctx context.Context, network *applyconfigurationsamplecrdv1.NetworkApplyConfiguration, opts metav1.ApplyOptions) (result *samplecrdv1.Network, err error)
 	NetworkExpansion
 }
 
 // networks implements NetworkInterface
 type networks struct {
-	*gentype.ClientWithList[*samplecrdv1.Network, *samplecrdv1.NetworkList]
+	*gentype.ClientWithListAndApply[*samplecrdv1.Network, *samplecrdv1.NetworkList, *applyconfigurationsamplecrdv1.NetworkApplyConfiguration]
 }
 
 // newNetworks returns a Networks
 func newNetworks(c *SamplecrdV1Client, namespace string) *networks {
 	return &networks{
-		gentype.NewClientWithList[*samplecrdv1.Network, *samplecrdv1.NetworkList](
+		gentype.NewClientWithListAndApply[*samplecrdv1.Network, *samplecrdv1.NetworkList, *applyconfigurationsamplecrdv1.NetworkApplyConfiguration](
 			"networks",
 			c.RESTClient(),
 			scheme.ParameterCodec,

@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
+	typedsamplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeNetworks implements NetworkInterface
 type fakeNetworks struct {
-	*gentype.FakeClientWithList[*v1.Network, *v1.NetworkList]
+	*gentype.FakeClientWithListAndApply[*v1.Network, *v1.NetworkList, *samplecrdv1.NetworkApplyConfiguration]
 	Fake *FakeSamplecrdV1
 }
 
-func newFakeNetworks(fake *FakeSamplecrdV1, namespace string) samplecrdv1.NetworkInterface {
+func newFakeNetworks(fake *FakeSamplecrdV1, namespace string) typedsamplecrdv1.NetworkInterface {
 	return &fakeNetworks{
-		gentype.NewFakeClientWithList[*v1.Network, *v1.NetworkList](
+		gentype.NewFakeClientWithListAndApply[*v1.Network, *v1.NetworkList, *samplecrdv1.NetworkApplyConfiguration](
 			fake.Fake,
 			namespace,
 			v1.SchemeGroupVersion.WithResource("networks"),

@@ -1,4 +1,4 @@
-package main
+package standalone
 
 import (
 	"context"
@@ -41,11 +41,11 @@ func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("%d rounds of %d Networks, random seed %d", rounds, networks, seed)
 	netns := nettest.NetnsName("netop-k-")
-	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
+	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
 	dataDir := t.TempDir()
-	args := "--data-dir " + dataDir + " --netns " + netns + " --metrics-addr 0 --webhook-addr 127.0.0.1:0"
+	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0"}
 
-	sa := startStandaloneWith(t, args)
+	sa := startStandaloneWith(t, args...)
 	for round := range rounds {
 		nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
 
@@ -71,7 +71,7 @@ func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 		wg.Wait()
 		t.Logf("round %d: killed with %d+ Ready during creation; %d creates went through", round, killAt, count(&created))
 
-		sa = startStandaloneWith(t, args)
+		sa = startStandaloneWith(t, args...)
 		nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
 		converged(t, nets, netns)
 
@@ -94,7 +94,7 @@ func TestSIGKILLDuringCreateAndDeleteLeavesNoLeak(t *testing.T) {
 		sa.kill(t)
 		t.Logf("round %d: killed %v into the deletion of %d of %d Networks", round, delay, deleting, len(list.Items))
 
-		sa = startStandaloneWith(t, args)
+		sa = startStandaloneWith(t, args...)
 		converged(t, client(t, sa.kubeconfig).SamplecrdV1().Networks("default"), netns)
 	}
 	sa.stop(t)
@@ -179,9 +179,9 @@ func TestSIGKILLWithNeutronOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := "--data-dir " + t.TempDir() + " --backend neutron --neutron-endpoint " + srv.URL + " --neutron-project " + project +
-		" --resync 2s --metrics-addr 0 --webhook-addr 127.0.0.1:0"
-	sa := startStandaloneWith(t, args)
+	args := []string{"--data-dir", t.TempDir(), "--backend", "neutron", "--neutron-endpoint", srv.URL, "--neutron-project", project,
+		"--resync", "2s", "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0"}
+	sa := startStandaloneWith(t, args...)
 	nets := client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
 	var wg sync.WaitGroup
 	for i := range networks {
@@ -200,7 +200,7 @@ func TestSIGKILLWithNeutronOutage(t *testing.T) {
 	sa.kill(t)
 	t.Logf("Neutron stopped with %d+ of %d Networks Ready, then netop killed", networks/3, networks)
 
-	sa = startStandaloneWith(t, args)
+	sa = startStandaloneWith(t, args...)
 	nets = client(t, sa.kubeconfig).SamplecrdV1().Networks("default")
 	// Delete a third while Neutron is still down, then bring it back.
 	list, err := nets.List(context.Background(), metav1.ListOptions{})

@@ -1,8 +1,13 @@
-package main
+// Package standalone tests the netop-standalone command as the process a
+// user runs: started, stopped with Ctrl-C, killed with SIGKILL and started
+// again on the same data directory. TestMain builds the command once; every
+// test runs that binary.
+package standalone
 
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,21 +20,47 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/nettest"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
-// The test binary doubles as netop-standalone, so that the tests run the
-// real command in a subprocess without building it separately.
+// binary is the netop-standalone that TestMain built.
+var binary string
+
 func TestMain(m *testing.M) {
-	if os.Getenv("NETOP_STANDALONE_TEST_MAIN") == "1" {
-		os.Args = append([]string{"netop-standalone"}, strings.Fields(os.Getenv("NETOP_STANDALONE_TEST_ARGS"))...)
-		main()
-		os.Exit(0)
+	dir, err := os.MkdirTemp("", "netop-standalone-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	binary, err = build(dir)
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build builds netop-standalone into dir with the go command that runs the
+// tests: go test puts its own GOROOT/bin first in PATH, so that the binary
+// is built by the same toolchain, with the same build cache.
+func build(dir string) (string, error) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("build netop-standalone: no go command in PATH (go test puts it there; for a compiled test binary add $(go env GOROOT)/bin to PATH): %w", err)
+	}
+	out := filepath.Join(dir, "netop-standalone")
+	// By import path, so that it builds whatever the working directory
+	// inside the module.
+	cmd := exec.Command(goCmd, "build", "-o", out, "github.com/netop-dev/netop/cmd/netop-standalone")
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build netop-standalone with %s: %w\n%s", goCmd, err, output)
+	}
+	return out, nil
 }
 
 type standalone struct {
@@ -44,16 +75,15 @@ func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
 	nettest.RequireRoot(t)
 	netns := nettest.NetnsName("netop-r-")
-	t.Cleanup(func() { _ = linux.DeleteNetns(netns) })
-	return startStandaloneWith(t, "--data-dir "+dataDir+" --netns "+netns+" --metrics-addr 0 --webhook-addr 127.0.0.1:0")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
+	return startStandaloneWith(t, "--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0")
 }
 
 // startStandaloneWith runs netop-standalone with args and waits for the line
 // that gives the kubeconfig.
-func startStandaloneWith(t *testing.T, args string) *standalone {
+func startStandaloneWith(t *testing.T, args ...string) *standalone {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "NETOP_STANDALONE_TEST_MAIN=1", "NETOP_STANDALONE_TEST_ARGS="+args)
+	cmd := exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +91,7 @@ func startStandaloneWith(t *testing.T, args string) *standalone {
 	s := &standalone{cmd: cmd, stderr: &strings.Builder{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("start %s: %v", binary, err)
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {

@@ -1,0 +1,263 @@
+// Package backendtest is a scriptable backend for tests of what sits on a
+// backend (the Network controller, the operator, fault tests). By itself
+// it keeps networks in memory and behaves like a real backend: Ensure
+// creates or updates, Delete removes, ListOwned lists, and Drift plays a
+// change made behind netop's back. Wrapped around a real backend it passes
+// calls through. Either way a test can make calls fail or slow, and count
+// what was asked.
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netop-dev/netop/internal/backend"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// Backend is a backend.Backend and a backend.DriftWatcher for tests. The
+// zero value is not usable; use New or Wrap.
+type Backend struct {
+	inner backend.Backend
+
+	mu       sync.Mutex
+	networks map[types.UID]backend.Observed
+	fail     map[string]error
+	latency  time.Duration
+	calls    map[string]int
+	ensured  map[types.UID]int
+	changes  int
+	watchers []func(backend.Owner)
+}
+
+// New returns an empty in-memory backend that says it is a linux one.
+func New() *Backend {
+	return &Backend{
+		networks: map[types.UID]backend.Observed{},
+		fail:     map[string]error{},
+		calls:    map[string]int{},
+		ensured:  map[types.UID]int{},
+	}
+}
+
+// Wrap returns a backend that passes every call to inner, unless a test
+// made it fail. It watches drift through inner when inner can.
+func Wrap(inner backend.Backend) *Backend {
+	b := New()
+	b.inner = inner
+	return b
+}
+
+// Fail makes the operations named (backend.OperationEnsure, ...; none: all)
+// fail with err, until Fail is called again with a nil err.
+func (b *Backend) Fail(err error, operations ...string) {
+	if len(operations) == 0 {
+		operations = []string{backend.OperationEnsure, backend.OperationDelete, backend.OperationList}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, op := range operations {
+		if err == nil {
+			delete(b.fail, op)
+		} else {
+			b.fail[op] = err
+		}
+	}
+}
+
+// SetLatency makes every call take d first (or until its context ends).
+func (b *Backend) SetLatency(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.latency = d
+}
+
+// Calls is how many times the operation was called, failed calls included.
+func (b *Backend) Calls(operation string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[operation]
+}
+
+// Ensured is how many times Ensure was called for uid.
+func (b *Backend) Ensured(uid types.UID) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ensured[uid]
+}
+
+// EnsuredUIDs lists the owners Ensure was called for.
+func (b *Backend) EnsuredUIDs() []types.UID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Keys(b.ensured))
+}
+
+// ResetCounts sets every count back to zero.
+func (b *Backend) ResetCounts() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.calls)
+	clear(b.ensured)
+	b.changes = 0
+}
+
+// Changes is how many networks were created, updated or deleted.
+func (b *Backend) Changes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changes
+}
+
+// Put adds or replaces a network of the in-memory backend, as if it had
+// been there before (an orphan, a network changed by hand).
+func (b *Backend) Put(o backend.Observed) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.networks[o.UID] = o
+}
+
+// Remove takes a network out of the in-memory backend, as a hand would.
+func (b *Backend) Remove(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.networks, uid)
+}
+
+// Networks lists the in-memory backend's networks, by UID.
+func (b *Backend) Networks() map[types.UID]backend.Observed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.networks)
+}
+
+// Drift tells the drift watchers that owner's network changed.
+func (b *Backend) Drift(owner backend.Owner) {
+	b.mu.Lock()
+	watchers := slices.Clone(b.watchers)
+	b.mu.Unlock()
+	for _, w := range watchers {
+		w(owner)
+	}
+}
+
+// Status is what the in-memory backend records for a Network of uid.
+func Status(uid types.UID) samplecrdv1.NetworkBackendStatus {
+	id := strings.ReplaceAll(string(uid), "-", "")
+	return samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: "netop" + id[:min(10, len(id))]}
+}
+
+// begin counts a call, waits the latency and returns the scripted error.
+func (b *Backend) begin(ctx context.Context, operation string, uid types.UID) error {
+	b.mu.Lock()
+	b.calls[operation]++
+	if operation == backend.OperationEnsure {
+		b.ensured[uid]++
+	}
+	latency, err := b.latency, b.fail[operation]
+	b.mu.Unlock()
+	if latency > 0 {
+		select {
+		case <-time.After(latency):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+// Type implements backend.Backend.
+func (b *Backend) Type() samplecrdv1.BackendType {
+	if b.inner != nil {
+		return b.inner.Type()
+	}
+	return samplecrdv1.BackendLinux
+}
+
+// Ensure implements backend.Backend.
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
+	if err := b.begin(ctx, backend.OperationEnsure, want.UID); err != nil {
+		return backend.Result{}, err
+	}
+	var res backend.Result
+	if b.inner != nil {
+		var err error
+		if res, err = b.inner.Ensure(ctx, want, recorded); err != nil {
+			return res, err
+		}
+	} else {
+		if err := want.Validate(); err != nil {
+			return backend.Result{}, err
+		}
+		b.mu.Lock()
+		have, ok := b.networks[want.UID]
+		switch {
+		case !ok:
+			res.Action = backend.ActionCreated
+		case have.CIDR != want.CIDR || have.Gateway != want.Gateway:
+			res.Action = backend.ActionUpdated
+		}
+		res.Status = Status(want.UID)
+		b.networks[want.UID] = backend.Observed{Owner: want.Owner, Status: res.Status, CIDR: want.CIDR, Gateway: want.Gateway}
+		b.mu.Unlock()
+	}
+	if res.Action != backend.ActionNone {
+		b.mu.Lock()
+		b.changes++
+		b.mu.Unlock()
+	}
+	return res, nil
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
+	if err := b.begin(ctx, backend.OperationDelete, owner.UID); err != nil {
+		return err
+	}
+	if b.inner != nil {
+		if err := b.inner.Delete(ctx, owner, recorded); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.networks, owner.UID)
+	b.changes++
+	return nil
+}
+
+// ListOwned implements backend.Backend.
+func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
+	if err := b.begin(ctx, backend.OperationList, ""); err != nil {
+		return nil, err
+	}
+	if b.inner != nil {
+		return b.inner.ListOwned(ctx)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Values(b.networks)), nil
+}
+
+// WatchDrift implements backend.DriftWatcher: through the wrapped backend
+// when it watches, else by Drift.
+func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) error {
+	if w, ok := b.inner.(backend.DriftWatcher); ok {
+		return w.WatchDrift(ctx, changed)
+	}
+	b.mu.Lock()
+	b.watchers = append(b.watchers, changed)
+	b.mu.Unlock()
+	<-ctx.Done()
+	b.mu.Lock()
+	b.watchers = nil
+	b.mu.Unlock()
+	return fmt.Errorf("drift watch: %w", ctx.Err())
+}

@@ -1,0 +1,438 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/backendtest"
+	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/metrics"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+)
+
+// fixture is the Network controller on the generated fake clientset and
+// the in-memory backend, with its cache filled by hand: sync runs with no
+// API server, no kernel and no root.
+type fixture struct {
+	t          testing.TB
+	client     *fake.Clientset
+	backend    *backendtest.Backend
+	recorder   *record.FakeRecorder
+	controller *Controller
+}
+
+func newFixture(t testing.TB, networks ...*samplecrdv1.Network) *fixture {
+	t.Helper()
+	objects := make([]runtime.Object, 0, len(networks))
+	for _, n := range networks {
+		objects = append(objects, n)
+	}
+	f := &fixture{
+		t:        t,
+		client:   fake.NewSimpleClientset(objects...),
+		backend:  backendtest.New(),
+		recorder: record.NewFakeRecorder(100),
+	}
+	informer := informers.NewSharedInformerFactory(f.client, 0).Samplecrd().V1().Networks()
+	var err error
+	f.controller, err = New(context.Background(), f.client, informer, f.backend, f.recorder, metrics.New(), Options{Workers: 1, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range networks {
+		if err := informer.Informer().GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.client.ClearActions()
+	return f
+}
+
+// network is a Network as the API server stores it after admission: UID,
+// generation 1, the finalizer, no status yet.
+func network(name, cidr, gateway string) *samplecrdv1.Network {
+	return &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("0badc0de-0000-4000-8000-" + name),
+			Generation: 1, ResourceVersion: "5", Finalizers: []string{samplecrdv1.Finalizer}},
+		Spec: samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway},
+	}
+}
+
+// readyNetwork gives n the status the controller writes once the in-memory
+// backend has its network.
+func readyNetwork(n *samplecrdv1.Network) *samplecrdv1.Network {
+	s := backendtest.Status(n.UID)
+	n.Status = samplecrdv1.NetworkStatus{
+		ObservedGeneration: n.Generation, CIDR: n.Spec.CIDR, Gateway: n.Spec.Gateway, Backend: &s,
+		Conditions: []metav1.Condition{{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned,
+			Message:            "linux network " + s.Interface + " has " + n.Spec.CIDR + " with gateway " + n.Spec.Gateway,
+			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(time.Now())}},
+	}
+	return n
+}
+
+// inBackend puts n's network, as its spec says, into the backend.
+func (f *fixture) inBackend(n *samplecrdv1.Network) {
+	f.backend.Put(backend.Observed{Owner: owner(n), Status: backendtest.Status(n.UID),
+		CIDR: netip.MustParsePrefix(n.Spec.CIDR), Gateway: netip.MustParseAddr(n.Spec.Gateway)})
+}
+
+func owner(n *samplecrdv1.Network) backend.Owner {
+	return backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID}
+}
+
+// actions lists the requests sync sent, as "verb resource[/subresource]".
+func (f *fixture) actions() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		r := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			r += "/" + a.GetSubresource()
+		}
+		out = append(out, a.GetVerb()+" "+r)
+	}
+	return out
+}
+
+// events lists the Events recorded, as "Type Reason".
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			fields := strings.Fields(e)
+			out = append(out, fields[0]+" "+fields[1])
+		default:
+			return out
+		}
+	}
+}
+
+// written is the Network of the last status write, or nil.
+func (f *fixture) written() *samplecrdv1.Network {
+	var n *samplecrdv1.Network
+	for _, a := range f.client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
+			n = u.GetObject().(*samplecrdv1.Network)
+		}
+	}
+	return n
+}
+
+// finalizerPatch is the body of the finalizer patch sent, or "".
+func (f *fixture) finalizerPatch() string {
+	for _, a := range f.client.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			return string(p.GetPatch())
+		}
+	}
+	return ""
+}
+
+var errBackendDown = errors.New("injected: backend unreachable")
+
+func deleting(n *samplecrdv1.Network) *samplecrdv1.Network {
+	n.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	return n
+}
+
+func TestSync(t *testing.T) {
+	networksResource := schema.GroupResource{Group: samplecrdv1.GroupName, Resource: "networks"}
+	tests := []struct {
+		name string
+		// network is in the cache and the API; nil: none.
+		network *samplecrdv1.Network
+		// inBackend: its network exists, as its spec says.
+		inBackend bool
+		// failing makes these backend operations fail.
+		failing []string
+		// reactor scripts an API answer.
+		reactor func(*fake.Clientset)
+		// setup runs last before the sync.
+		setup func(*fixture)
+
+		wantActions []string
+		wantEvents  []string
+		// wantReady and wantReason are the Ready condition of the status
+		// written; "" when none is.
+		wantReady  metav1.ConditionStatus
+		wantReason string
+		// wantFinalizer: the finalizer patch adds (true) or removes it.
+		wantFinalizerPatch string
+		wantOutcome        string
+		// wantInBackend: the network exists in the backend afterwards.
+		wantInBackend bool
+	}{{
+		name:          "new Network: backend network created, status Ready",
+		network:       network("n", "10.1.0.0/16", "10.1.0.1"),
+		wantActions:   []string{"update networks/status"},
+		wantEvents:    []string{"Normal " + ReasonCreated},
+		wantReady:     metav1.ConditionTrue,
+		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantOutcome:   metrics.ResultSuccess,
+		wantInBackend: true,
+	}, {
+		name: "made while the webhook was away: finalizer patched first",
+		network: func() *samplecrdv1.Network {
+			n := network("n", "10.1.0.0/16", "10.1.0.1")
+			n.Finalizers = nil
+			return n
+		}(),
+		wantActions:        []string{"patch networks", "update networks/status"},
+		wantEvents:         []string{"Normal " + ReasonCreated},
+		wantReady:          metav1.ConditionTrue,
+		wantReason:         samplecrdv1.ReasonProvisioned,
+		wantFinalizerPatch: `{"metadata":{"finalizers":["samplecrd.k8s.io/network-cleanup"],"resourceVersion":"5"}}`,
+		wantOutcome:        metrics.ResultSuccess,
+		wantInBackend:      true,
+	}, {
+		name:          "converged: no request, no Event",
+		network:       readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1")),
+		inBackend:     true,
+		wantOutcome:   metrics.ResultSuccess,
+		wantInBackend: true,
+	}, {
+		name:          "status says converged but the network is gone: recreated",
+		network:       readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1")),
+		wantEvents:    []string{"Normal " + ReasonCreated},
+		wantOutcome:   metrics.ResultSuccess,
+		wantInBackend: true,
+	}, {
+		name: "spec changed: backend network updated, status follows",
+		network: func() *samplecrdv1.Network {
+			n := readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1"))
+			n.Spec.Gateway, n.Generation = "10.1.0.7", 2
+			return n
+		}(),
+		setup: func(f *fixture) {
+			f.inBackend(network("n", "10.1.0.0/16", "10.1.0.1"))
+		},
+		wantActions:   []string{"update networks/status"},
+		wantEvents:    []string{"Normal " + ReasonUpdated},
+		wantReady:     metav1.ConditionTrue,
+		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantOutcome:   metrics.ResultSuccess,
+		wantInBackend: true,
+	}, {
+		name:        "invalid spec: Invalid, not retried, backend untouched",
+		network:     network("n", "10.1.0.0/16", "10.2.0.1"),
+		wantActions: []string{"update networks/status"},
+		wantEvents:  []string{"Warning " + samplecrdv1.ReasonInvalid},
+		wantReady:   metav1.ConditionFalse,
+		wantReason:  samplecrdv1.ReasonInvalid,
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name:        "backend failing: BackendError, retried",
+		network:     network("n", "10.1.0.0/16", "10.1.0.1"),
+		failing:     []string{backend.OperationEnsure},
+		wantActions: []string{"update networks/status"},
+		wantEvents:  []string{"Warning " + samplecrdv1.ReasonBackendError},
+		wantReady:   metav1.ConditionFalse,
+		wantReason:  samplecrdv1.ReasonBackendError,
+		wantOutcome: metrics.ResultError,
+	}, {
+		name:    "status write conflicts: retried",
+		network: network("n", "10.1.0.0/16", "10.1.0.1"),
+		reactor: func(c *fake.Clientset) {
+			c.PrependReactor("update", "networks", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewConflict(networksResource, "n", errors.New("the object has been modified"))
+			})
+		},
+		wantActions:   []string{"update networks/status"},
+		wantEvents:    []string{"Normal " + ReasonCreated},
+		wantReady:     metav1.ConditionTrue,
+		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantOutcome:   metrics.ResultConflict,
+		wantInBackend: true,
+	}, {
+		name:        "gone from the cache: nothing to do",
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name:               "deleted: backend network removed, then the finalizer",
+		network:            deleting(readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1"))),
+		inBackend:          true,
+		wantActions:        []string{"patch networks"},
+		wantEvents:         []string{"Normal " + ReasonDeleted},
+		wantFinalizerPatch: `{"metadata":{"finalizers":[],"resourceVersion":"5"}}`,
+		wantOutcome:        metrics.ResultSuccess,
+	}, {
+		name:          "deleted, backend failing: finalizer kept, Deleting, retried",
+		network:       deleting(readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1"))),
+		inBackend:     true,
+		failing:       []string{backend.OperationDelete},
+		wantActions:   []string{"update networks/status"},
+		wantEvents:    []string{"Warning " + samplecrdv1.ReasonBackendError},
+		wantReady:     metav1.ConditionFalse,
+		wantReason:    samplecrdv1.ReasonDeleting,
+		wantOutcome:   metrics.ResultError,
+		wantInBackend: true,
+	}, {
+		name: "deleted and the finalizer already gone: nothing to do",
+		network: func() *samplecrdv1.Network {
+			n := deleting(readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1")))
+			n.Finalizers = []string{"someone-else"}
+			return n
+		}(),
+		inBackend:     true,
+		wantOutcome:   metrics.ResultSuccess,
+		wantInBackend: true,
+	}, {
+		name: "finalizer patch finds the Network gone: not retried",
+		network: func() *samplecrdv1.Network {
+			n := network("n", "10.1.0.0/16", "10.1.0.1")
+			n.Finalizers = nil
+			return n
+		}(),
+		reactor: func(c *fake.Clientset) {
+			c.PrependReactor("patch", "networks", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(networksResource, "n")
+			})
+		},
+		wantActions:        []string{"patch networks"},
+		wantFinalizerPatch: `{"metadata":{"finalizers":["samplecrd.k8s.io/network-cleanup"],"resourceVersion":"5"}}`,
+		wantOutcome:        metrics.ResultNotFound,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var networks []*samplecrdv1.Network
+			name := cache.NewObjectName("ns", "n")
+			if tt.network != nil {
+				networks = append(networks, tt.network)
+			}
+			f := newFixture(t, networks...)
+			if tt.inBackend {
+				f.inBackend(tt.network)
+			}
+			if len(tt.failing) > 0 {
+				f.backend.Fail(errBackendDown, tt.failing...)
+			}
+			if tt.reactor != nil {
+				tt.reactor(f.client)
+			}
+			if tt.setup != nil {
+				tt.setup(f)
+			}
+
+			err := f.controller.sync(context.Background(), name)
+
+			if got := runner.Outcome(err); got != tt.wantOutcome {
+				t.Errorf("outcome %s (%v), want %s", got, err, tt.wantOutcome)
+			}
+			if got := f.actions(); !slices.Equal(got, tt.wantActions) {
+				t.Errorf("requests %q, want %q", got, tt.wantActions)
+			}
+			if got := f.events(); !slices.Equal(got, tt.wantEvents) {
+				t.Errorf("Events %q, want %q", got, tt.wantEvents)
+			}
+			if got := f.finalizerPatch(); got != tt.wantFinalizerPatch {
+				t.Errorf("finalizer patch %s, want %s", got, tt.wantFinalizerPatch)
+			}
+			written := f.written()
+			switch {
+			case tt.wantReason == "" && written != nil:
+				t.Errorf("status written: %+v", written.Status)
+			case tt.wantReason != "" && written == nil:
+				t.Errorf("no status written, want Ready=%s %s", tt.wantReady, tt.wantReason)
+			case written != nil:
+				ready := meta.FindStatusCondition(written.Status.Conditions, samplecrdv1.ConditionReady)
+				if ready == nil || ready.Status != tt.wantReady || ready.Reason != tt.wantReason || ready.ObservedGeneration != written.Generation {
+					t.Errorf("Ready condition %+v, want %s %s at generation %d", ready, tt.wantReady, tt.wantReason, written.Generation)
+				}
+				if written.Status.ObservedGeneration != written.Generation {
+					t.Errorf("observedGeneration %d, generation %d", written.Status.ObservedGeneration, written.Generation)
+				}
+				if tt.wantReady == metav1.ConditionTrue && (written.Status.Backend == nil || *written.Status.Backend != backendtest.Status(written.UID) ||
+					written.Status.CIDR != written.Spec.CIDR || written.Status.Gateway != written.Spec.Gateway) {
+					t.Errorf("Ready status %+v does not name the backend network and its cidr and gateway", written.Status)
+				}
+			}
+			if tt.network != nil {
+				o, ok := f.backend.Networks()[tt.network.UID]
+				if ok != tt.wantInBackend {
+					t.Errorf("in backend: %v, want %v", ok, tt.wantInBackend)
+				}
+				if ok && tt.network.DeletionTimestamp == nil && (o.CIDR.String() != tt.network.Spec.CIDR || o.Gateway.String() != tt.network.Spec.Gateway) {
+					t.Errorf("backend network %s gateway %s, want the spec's %s %s", o.CIDR, o.Gateway, tt.network.Spec.CIDR, tt.network.Spec.Gateway)
+				}
+			}
+		})
+	}
+}
+
+// Two syncs on the same stale cache, as a drift echo makes them, write the
+// status once: the second would only earn a conflict.
+func TestSyncOnAStaleCacheWritesOnce(t *testing.T) {
+	n := network("n", "10.1.0.0/16", "10.1.0.1")
+	f := newFixture(t, n)
+	name := cache.MetaObjectToName(n)
+	for range 2 {
+		if err := f.controller.sync(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := f.actions(), []string{"update networks/status"}; !slices.Equal(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+	if got := f.events(); !slices.Equal(got, []string{"Normal " + ReasonCreated}) {
+		t.Errorf("Events %q", got)
+	}
+}
+
+// The resync sweeps what no Network claims and requeues the Networks whose
+// backend network differs, at the cost of one backend list.
+func TestResync(t *testing.T) {
+	ok := readyNetwork(network("ok", "10.1.0.0/16", "10.1.0.1"))
+	missing := readyNetwork(network("missing", "10.2.0.0/16", "10.2.0.1"))
+	changed := readyNetwork(network("changed", "10.3.0.0/16", "10.3.0.1"))
+	invalid := network("invalid", "10.4.0.0/16", "10.5.0.1")
+	f := newFixture(t, ok, missing, changed, invalid)
+	f.inBackend(ok)
+	f.inBackend(changed)
+	f.backend.Put(backend.Observed{Owner: owner(changed), Status: backendtest.Status(changed.UID),
+		CIDR: netip.MustParsePrefix("10.3.0.0/16"), Gateway: netip.MustParseAddr("10.3.0.9")})
+	orphan := network("orphan", "10.9.0.0/16", "10.9.0.1")
+	f.inBackend(orphan)
+
+	f.controller.resync(context.Background())
+
+	if _, ok := f.backend.Networks()[orphan.UID]; ok {
+		t.Error("the orphan was not swept")
+	}
+	if got := f.backend.Calls(backend.OperationList); got != 1 {
+		t.Errorf("%d backend lists, want 1", got)
+	}
+	// The orphan's owner was looked up live before it was deleted.
+	if got, want := f.actions(), []string{"get networks", "list networks"}; !slices.Equal(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+	if got := f.controller.Len(); got != 2 {
+		t.Errorf("%d Networks requeued, want 2 (missing, changed)", got)
+	}
+	observed := map[types.UID]backend.Observed{}
+	for uid, o := range f.backend.Networks() {
+		observed[uid] = o
+	}
+	for n, want := range map[*samplecrdv1.Network]bool{ok: true, missing: false, changed: false, invalid: true} {
+		if got := inSync(n, observed); got != want {
+			t.Errorf("inSync(%s) = %v, want %v", n.Name, got, want)
+		}
+	}
+}

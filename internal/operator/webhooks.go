@@ -1,0 +1,140 @@
+package operator
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/networks"
+	"github.com/netop-dev/netop/internal/webhook/pods"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+)
+
+// WebhookConfigurationName names both of netop's webhook configurations.
+const WebhookConfigurationName = "netop"
+
+// Paths the webhook server serves.
+const (
+	PathValidateNetwork = "/validate-network"
+	PathMutateNetwork   = "/mutate-network"
+	PathInjectEnvoy     = "/inject-envoy"
+	// PathInjectEnvoyNamespace serves the webhook for labelled namespaces,
+	// whose pods are opted in by the API server's namespaceSelector.
+	PathInjectEnvoyNamespace = "/inject-envoy-namespace"
+)
+
+// webhookDeps is what netop's admission handlers read.
+type webhookDeps struct {
+	networks          samplecrdlisters.NetworkLister
+	templates         corelisters.ConfigMapLister
+	recorder          record.EventRecorder
+	decoder           *webhook.Decoder
+	operatorNamespace string
+}
+
+// webhooks is netop's table of admission webhooks: each handler with its
+// path, rules, selectors and failure policy.
+//
+// Failure policies, chosen so that a webhook outage never deadlocks the
+// cluster (istio#10983, cozystack#3125) yet never lets through what the
+// user relies on:
+//   - Every webhook skips kube-system and the operator's own namespace, so
+//     that netop itself, and the system it needs to come back, can always
+//     start.
+//   - Network validation fails closed (Fail): an overlapping Network is
+//     worse than a Network that waits for the webhook, and nothing in the
+//     cluster needs Networks to start.
+//   - Network defaulting fails open (Ignore): the controller sets the same
+//     gateway and adds the same finalizer itself; only one write is saved.
+//   - Pods in a namespace labelled initializer.kubernetes.io/envoy=enabled
+//     fail closed (Fail): the user asked for the sidecar on every pod, and
+//     half the pods starting without it (linkerd#3290) is the bug to avoid.
+//     Only those namespaces' pods are sent to the webhook.
+//   - Pods elsewhere may opt in with the tutorial's annotation. The API
+//     server can select on labels, not annotations, so this webhook must see
+//     every other pod; it fails open (Ignore) with a short timeout, so that
+//     an outage delays no pod: such pods then start without the sidecar.
+//     Use the namespace label where the sidecar is a must.
+func webhooks(d webhookDeps) webhook.Set {
+	excluded := metav1.LabelSelectorRequirement{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+		Values: []string{"kube-system", d.operatorNamespace},
+	}
+	notExcluded := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{excluded}}
+	networkRule := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{"*"},
+			Resources: []string{"networks"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}}
+	podRule := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{""}, APIVersions: []string{"v1"},
+			Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}}
+	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder}
+	injector := &pods.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, Recorder: d.recorder}
+	namespaceInjector := *injector
+	namespaceInjector.NamespaceOptIn = true
+
+	return webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
+		Name:    "networks.validate.samplecrd.k8s.io",
+		Path:    PathValidateNetwork,
+		Handler: webhook.HandlerFunc(netAdmission.Validate),
+		Rules:   networkRule,
+		// Only spec changes are validated: metadata updates, above all the
+		// controller removing its finalizer, must never depend on the
+		// webhook being up.
+		MatchConditions: []admissionregistrationv1.MatchCondition{{
+			Name:       "spec-changed",
+			Expression: "request.operation != 'UPDATE' || object.spec != oldObject.spec",
+		}},
+		FailurePolicy:     admissionregistrationv1.Fail,
+		TimeoutSeconds:    5,
+		NamespaceSelector: notExcluded,
+	}, {
+		Name:              "networks.default.samplecrd.k8s.io",
+		Path:              PathMutateNetwork,
+		Handler:           webhook.HandlerFunc(netAdmission.Default),
+		Mutating:          true,
+		Rules:             networkRule,
+		FailurePolicy:     admissionregistrationv1.Ignore,
+		TimeoutSeconds:    5,
+		NamespaceSelector: notExcluded,
+	}, {
+		Name:          "namespace.envoy.initializer.kubernetes.io",
+		Path:          PathInjectEnvoyNamespace,
+		Handler:       &namespaceInjector,
+		Mutating:      true,
+		Rules:         podRule,
+		FailurePolicy: admissionregistrationv1.Fail,
+		// Another webhook adding containers after us does not need us again.
+		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		TimeoutSeconds:     5,
+		NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels:      map[string]string{envoy.NamespaceLabel: envoy.NamespaceLabelEnabled},
+			MatchExpressions: []metav1.LabelSelectorRequirement{excluded},
+		},
+	}, {
+		Name:               "annotation.envoy.initializer.kubernetes.io",
+		Path:               PathInjectEnvoy,
+		Handler:            injector,
+		Mutating:           true,
+		Rules:              podRule,
+		FailurePolicy:      admissionregistrationv1.Ignore,
+		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		TimeoutSeconds:     2,
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			excluded,
+			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelEnabled}},
+		}},
+	}}}
+}

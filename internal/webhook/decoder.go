@@ -1,0 +1,43 @@
+package webhook
+
+import (
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+)
+
+// Decoder decodes admitted objects by the apiVersion and kind they carry,
+// through a scheme, into the type a handler works with. An object of
+// another version of the same kind is converted by the scheme's
+// conversions, so that a new API version needs no change in the handlers.
+type Decoder struct {
+	scheme       *runtime.Scheme
+	deserializer runtime.Decoder
+}
+
+// NewDecoder returns a decoder of the types registered in scheme.
+func NewDecoder(scheme *runtime.Scheme) *Decoder {
+	return &Decoder{scheme: scheme, deserializer: serializer.NewCodecFactory(scheme).UniversalDeserializer()}
+}
+
+// Decode decodes raw into into.
+func (d *Decoder) Decode(raw runtime.RawExtension, into runtime.Object) error {
+	if len(raw.Raw) == 0 {
+		return fmt.Errorf("no object to decode into %T", into)
+	}
+	obj, gvk, err := d.deserializer.Decode(raw.Raw, nil, into)
+	if err != nil {
+		return err
+	}
+	if obj == into {
+		return nil
+	}
+	// The object is of another type than into: another version of the
+	// kind, which the scheme converts, or a kind the handler cannot take.
+	if err := d.scheme.Convert(obj, into, nil); err != nil {
+		return fmt.Errorf("%s cannot be read as %s: %w", gvk, reflect.TypeOf(into).Elem().Name(), err)
+	}
+	return nil
+}
