@@ -96,7 +96,9 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 		opts.WebhookCertDir = filepath.Join(cp.DataDir, "webhook")
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs")
-	fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath)
+	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath); err != nil {
+		return fmt.Errorf("printing the kubeconfig line: %w", err)
+	}
 	op, err := operator.New(ctx, cp.AdminConfig(), opts, be)
 	if err != nil {
 		return err

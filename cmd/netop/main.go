@@ -38,8 +38,9 @@ func newRootCommand() *cobra.Command {
 		Use:   "version",
 		Short: "Print netop's version",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), version.String())
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
+			return err
 		},
 	}, &cobra.Command{
 		Use:   "manifests",

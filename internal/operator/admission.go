@@ -9,7 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -34,7 +34,7 @@ type admission struct {
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
 func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
-	templates informers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder) (*admission, error) {
+	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder) (*admission, error) {
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-addr: %w", err)
@@ -64,12 +64,12 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 }
 
 // templateInformers caches only the ConfigMaps named envoy-initializer.
-func templateInformers(kube kubernetes.Interface, resync time.Duration) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(kube, resync,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+func templateInformers(kube kubernetes.Interface, resync time.Duration) kubeinformers.SharedInformerFactory {
+	return kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", envoy.ConfigMapName).String()
 		}),
-		informers.WithTransform(dropManagedFields))
+		kubeinformers.WithTransform(dropManagedFields))
 }
 
 // run waits for the caches the webhooks answer from (synced is closed),

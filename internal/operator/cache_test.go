@@ -19,7 +19,7 @@ func readyNetwork(i int) *samplecrdv1.Network {
 		return metav1.ManagedFieldsEntry{
 			Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "samplecrd.k8s.io/v1",
 			Time: &metav1.Time{Time: time.Now()}, FieldsType: "FieldsV1", Subresource: sub,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}},"f:finalizers":{".":{},"v:\"samplecrd.k8s.io/network-cleanup\"":{}}},"f:spec":{".":{},"f:cidr":{},"f:gateway":{}},"f:status":{".":{},"f:backend":{".":{},"f:interface":{},"f:type":{}},"f:cidr":{},"f:conditions":{".":{},"k:{\"type\":\"Ready\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:observedGeneration":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:gateway":{},"f:observedGeneration":{}}}`)},
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}},"f:finalizers":{".":{},"v:\"samplecrd.k8s.io/network-cleanup\"":{}}},"f:spec":{".":{},"f:cidr":{},"f:gateway":{}},"f:status":{".":{},"f:backend":{".":{},"f:interface":{},"f:type":{}},"f:cidr":{},"f:conditions":{".":{},"k:{\"type\":\"Ready\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:observedGeneration":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:gateway":{},"f:observedGeneration":{}}}`),
 		}
 	}
 	return &samplecrdv1.Network{

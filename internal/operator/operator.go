@@ -26,7 +26,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/backend/neutron"
+	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/workload"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -138,7 +138,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 // releases it.
 func NewBackend(ctx context.Context, o *Options) (backend.Backend, func(), error) {
 	if o.Backend == string(samplecrdv1.BackendNeutron) {
-		nb, err := neutron.New(ctx, neutron.Config{Endpoint: o.NeutronEndpoint, ProjectID: o.NeutronProject, Cloud: o.NeutronCloud})
+		nb, err := neutronbackend.New(ctx, neutronbackend.Config{Endpoint: o.NeutronEndpoint, ProjectID: o.NeutronProject, Cloud: o.NeutronCloud})
 		if err != nil {
 			return nil, nil, err
 		}

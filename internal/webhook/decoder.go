@@ -27,11 +27,14 @@ func (d *Decoder) Decode(raw runtime.RawExtension, into runtime.Object) error {
 	if len(raw.Raw) == 0 {
 		return fmt.Errorf("no object to decode into %T", into)
 	}
-	obj, gvk, err := d.deserializer.Decode(raw.Raw, nil, into)
+	// No default kind and no target: an object that does not say what it
+	// is, is refused rather than guessed.
+	obj, gvk, err := d.deserializer.Decode(raw.Raw, nil, nil)
 	if err != nil {
 		return err
 	}
-	if obj == into {
+	if out, in := reflect.ValueOf(into), reflect.ValueOf(obj); out.Type() == in.Type() {
+		out.Elem().Set(in.Elem())
 		return nil
 	}
 	// The object is of another type than into: another version of the

@@ -130,7 +130,12 @@ func TestServerTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- NewServer(m).Run(ctx, l) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(m.CABundle())

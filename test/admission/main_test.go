@@ -71,7 +71,9 @@ func startOperator(env *testenv.Env) (func(), error) {
 	go func() { done <- op.Run(ctx) }()
 	teardown := func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "netop stopped with an error: %v\n", err)
+		}
 		_ = nettest.DeleteNetns(netns)
 		_ = os.RemoveAll(certDir)
 		_ = logFile.Close()

@@ -586,12 +586,12 @@ func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, erro
 
 func report(c config, floor, ours, tutorial, restart *result) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "run\tnetworks\tseconds\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
+	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
 	for _, r := range []*result{floor, ours, tutorial} {
 		if r == nil {
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%d\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, float64(r.networks)/r.seconds,
+		_, _ = fmt.Fprintf(w, "%s\t%d\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, float64(r.networks)/r.seconds,
 			r.p50, r.p99, r.networkWrites()/float64(r.networks), r.eventWrites()/float64(r.networks), r.cpuSeconds, r.peakRSSMiB)
 	}
 	_ = w.Flush()

@@ -63,7 +63,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	hand, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
@@ -818,12 +818,12 @@ func TestNetnsLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer self.Close()
+	defer func() { _ = self.Close() }()
 	created, err := netns.GetFromName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer created.Close()
+	defer func() { _ = created.Close() }()
 	if self.Equal(created) {
 		t.Error("EnsureNetns left the thread in the new namespace")
 	}

@@ -660,7 +660,9 @@ func TestNewErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// A Neutron that is down at start does not keep netop down: the
 	// backend is made, and its calls fail until Neutron answers.
 	down, err := New(ctx, Config{Endpoint: "http://" + addr, ProjectID: "p"})

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -149,7 +149,7 @@ func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Ne
 		Message:            message,
 		ObservedGeneration: n.Generation,
 	})
-	if equality.Semantic.DeepEqual(cached.Status, n.Status) {
+	if apiequality.Semantic.DeepEqual(cached.Status, n.Status) {
 		return nil
 	}
 	// The cache may not have caught up with our last write yet (a drift
@@ -184,7 +184,7 @@ func sameStatus(a, b samplecrdv1.NetworkStatus) bool {
 	for i := range b.Conditions {
 		b.Conditions[i].LastTransitionTime = metav1.Time{}
 	}
-	return equality.Semantic.DeepEqual(a, b)
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
 func backendName(s *samplecrdv1.NetworkBackendStatus) string {

@@ -45,6 +45,11 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
+	if req.Kind.Group != "" || req.Kind.Version != "v1" || req.Kind.Kind != "Pod" {
+		// Pods have one version; decodePod reads that one only.
+		return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			fmt.Sprintf("expected a v1 Pod, got %s", req.Kind.String()))
+	}
 	pod, err := decodePod(req.Object.Raw) // only what is read below
 	if err != nil {
 		return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding Pod: %v", err))
@@ -95,7 +100,9 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 // annotations, hostNetwork, and the names of containers and volumes.
 // Everything else in the Pod it returns is zero: code that reads more of
 // the pod must decode more here. Not decoding the rest (env, probes,
-// managedFields) is most of the speed of admitting a big pod.
+// managedFields) is most of the speed of admitting a big pod, which is why
+// this handler does not use the scheme's decoder (webhook.Decoder): Pods
+// have one version, checked from the request's kind.
 func decodePod(raw []byte) (*corev1.Pod, error) {
 	type named struct {
 		Name string `json:"name"`

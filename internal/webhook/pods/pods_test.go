@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func bigPod(size int) *corev1.Pod {
 
 func review(pod *corev1.Pod) *admissionv1.AdmissionRequest {
 	raw, _ := json.Marshal(pod)
-	return &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: pod.Namespace, Object: runtime.RawExtension{Raw: raw}}
+	return &admissionv1.AdmissionRequest{UID: "u", Kind: podKind, Operation: admissionv1.Create, Namespace: pod.Namespace, Object: runtime.RawExtension{Raw: raw}}
 }
 
 func TestInjectBigPodAppendsSidecar(t *testing.T) {
@@ -204,7 +205,7 @@ func TestInjectIntoNullAndEmpty(t *testing.T) {
 		`{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":null}}`,
 		`{"metadata":{"name":"p","namespace":"ns","annotations":{"a~b/c":"x"}},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`,
 	} {
-		req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: "ns", Object: runtime.RawExtension{Raw: []byte(raw)}}
+		req := &admissionv1.AdmissionRequest{UID: "u", Kind: podKind, Operation: admissionv1.Create, Namespace: "ns", Object: runtime.RawExtension{Raw: []byte(raw)}}
 		got := admitAndApply(t, i, req)
 		var before corev1.Pod
 		if err := json.Unmarshal([]byte(raw), &before); err != nil {
@@ -269,5 +270,17 @@ func TestVolumeNameConflictIsRejected(t *testing.T) {
 	resp := injector(t).Admit(context.Background(), review(pod))
 	if resp.Allowed || resp.Result.Code != 409 {
 		t.Fatalf("got allowed=%v %+v, want a 409", resp.Allowed, resp.Result)
+	}
+}
+
+var podKind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+
+// A request for another kind is refused, not misread as a Pod.
+func TestRefusesOtherKinds(t *testing.T) {
+	i := &Injector{}
+	req := &admissionv1.AdmissionRequest{UID: "u", Kind: metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		Operation: admissionv1.Create, Namespace: "ns", Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps/v1","kind":"Deployment"}`)}}
+	if resp := i.Admit(context.Background(), req); resp.Allowed || resp.Result.Code != 400 || !strings.Contains(resp.Result.Message, "apps/v1, Kind=Deployment") {
+		t.Errorf("a Deployment: %+v", resp.Result)
 	}
 }
