@@ -26,7 +26,8 @@ go tool deepcopy-gen \
   --output-file zz_generated.deepcopy.go \
   "${input_pkgs[@]}"
 
-# Apply configurations, so that status is written with a server-side apply.
+# Apply configurations (Apply and ApplyStatus on the clientset), for clients
+# of our API that write Networks by server-side apply.
 go tool applyconfiguration-gen \
   --go-header-file "$header" \
   --output-dir "$out/applyconfiguration" \

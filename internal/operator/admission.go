@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -85,8 +86,14 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	if err := a.certs.Ensure(ctx); err != nil {
 		return stopped(ctx, err)
 	}
+	// The server and the renewal loop stop with ctx, and run returns only
+	// after both did, so that nothing writes after the operator stopped.
+	var wg wait.Group
+	defer wg.Wait() // after the cancel below: defers run last first
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- a.server.Run(ctx, a.listener) }()
+	wg.Start(func() { errc <- a.server.Run(ctx, a.listener) })
 	target := webhook.Target{Service: &admissionregistrationv1.ServiceReference{
 		Namespace: a.opts.OperatorNamespace, Name: a.opts.WebhookService, Port: ptr.To[int32](443),
 	}}
@@ -100,7 +107,7 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 		return stopped(ctx, err)
 	}
 	klog.FromContext(ctx).Info("Admission webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
-	go a.certs.RenewLoop(ctx, time.Hour, register)
+	wg.StartWithContext(ctx, func(ctx context.Context) { a.certs.RenewLoop(ctx, time.Hour, register) })
 	return <-errc
 }
 

@@ -36,7 +36,8 @@ import (
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
-// scheme knows the built-in types and ours, for Event references.
+// scheme knows the built-in types and ours: for Event references and for
+// decoding admitted objects.
 var scheme = runtime.NewScheme()
 
 func init() {
@@ -218,12 +219,12 @@ func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) erro
 		return nil // stopped
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())
-	for _, synced := range []map[reflect.Type]bool{
+	for _, informers := range []map[reflect.Type]bool{
 		op.factory.WaitForCacheSync(ctx.Done()),
 		op.kubeFactory.WaitForCacheSync(ctx.Done()),
 		op.templates.WaitForCacheSync(ctx.Done()),
 	} {
-		for _, ok := range synced {
+		for _, ok := range informers {
 			if !ok {
 				return nil // stopped
 			}
@@ -258,7 +259,9 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
+	shutdown := make(chan struct{})
 	go func() {
+		defer close(shutdown)
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -267,6 +270,8 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	// Serve returns as the shutdown begins; requests in flight end first.
+	<-shutdown
 	return nil
 }
 

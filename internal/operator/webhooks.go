@@ -69,7 +69,9 @@ func webhooks(d webhookDeps) webhook.Set {
 	networkRule := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{"*"},
+			// With matchPolicy Equivalent (the default), the API server sends
+			// Networks of any served version converted to v1.
+			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{samplecrdv1.SchemeGroupVersion.Version},
 			Resources: []string{"networks"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 		},
 	}}

@@ -10,8 +10,10 @@ import (
 
 // Decoder decodes admitted objects by the apiVersion and kind they carry,
 // through a scheme, into the type a handler works with. An object of
-// another version of the same kind is converted by the scheme's
-// conversions, so that a new API version needs no change in the handlers.
+// another version of the same kind is converted when the scheme has
+// conversions for it (a hub), so that a new API version needs no change in
+// the handlers; without them it is refused with a message. (The webhooks
+// also ask the API server for the version their handlers read.)
 type Decoder struct {
 	scheme       *runtime.Scheme
 	deserializer runtime.Decoder

@@ -46,8 +46,10 @@ type Webhook struct {
 	MatchConditions   []admissionregistrationv1.MatchCondition
 	NamespaceSelector *metav1.LabelSelector
 	ObjectSelector    *metav1.LabelSelector
-	FailurePolicy     admissionregistrationv1.FailurePolicyType
-	TimeoutSeconds    int32
+	// FailurePolicy and TimeoutSeconds: empty and zero leave the API
+	// server's defaults (Fail, 10 s).
+	FailurePolicy  admissionregistrationv1.FailurePolicyType
+	TimeoutSeconds int32
 	// ReinvocationPolicy applies to mutating webhooks; empty means Never.
 	ReinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
 }
@@ -80,9 +82,9 @@ func (s Set) Configurations(target Target, caBundle []byte) (*admissionregistrat
 				ClientConfig:            target.client(w.Path, caBundle),
 				Rules:                   w.Rules,
 				MatchConditions:         w.MatchConditions,
-				FailurePolicy:           ptr.To(w.FailurePolicy),
+				FailurePolicy:           optional(w.FailurePolicy),
 				SideEffects:             &none,
-				TimeoutSeconds:          ptr.To(w.TimeoutSeconds),
+				TimeoutSeconds:          optional(w.TimeoutSeconds),
 				AdmissionReviewVersions: versions,
 				NamespaceSelector:       w.NamespaceSelector,
 				ObjectSelector:          w.ObjectSelector,
@@ -98,9 +100,9 @@ func (s Set) Configurations(target Target, caBundle []byte) (*admissionregistrat
 			ClientConfig:            target.client(w.Path, caBundle),
 			Rules:                   w.Rules,
 			MatchConditions:         w.MatchConditions,
-			FailurePolicy:           ptr.To(w.FailurePolicy),
+			FailurePolicy:           optional(w.FailurePolicy),
 			SideEffects:             &none,
-			TimeoutSeconds:          ptr.To(w.TimeoutSeconds),
+			TimeoutSeconds:          optional(w.TimeoutSeconds),
 			AdmissionReviewVersions: versions,
 			NamespaceSelector:       w.NamespaceSelector,
 			ObjectSelector:          w.ObjectSelector,
@@ -120,4 +122,14 @@ func Register(ctx context.Context, kube kubernetes.Interface, s Set, target Targ
 		return fmt.Errorf("MutatingWebhookConfiguration: %w", err)
 	}
 	return nil
+}
+
+// optional points at v, or is nil for the zero value: the API server's
+// default then applies.
+func optional[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
 }

@@ -80,7 +80,9 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 			GetCertificate: s.certs.GetCertificate,
 		},
 	}
+	shutdown := make(chan struct{})
 	go func() {
+		defer close(shutdown)
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -90,6 +92,8 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("webhook server: %w", err)
 	}
+	// ServeTLS returns as the shutdown begins; reviews in flight end first.
+	<-shutdown
 	return nil
 }
 

@@ -34,7 +34,8 @@ type Backend struct {
 	calls    map[string]int
 	ensured  map[types.UID]int
 	changes  int
-	watchers []func(backend.Owner)
+	watchers map[int]func(backend.Owner)
+	nextID   int
 }
 
 // New returns an empty in-memory backend that says it is a linux one.
@@ -117,7 +118,9 @@ func (b *Backend) Changes() int {
 }
 
 // Put adds or replaces a network of the in-memory backend, as if it had
-// been there before (an orphan, a network changed by hand).
+// been there before (an orphan, a network changed by hand). Put, Remove,
+// Networks and Drift script the in-memory backend: a wrapped backend is
+// scripted through itself.
 func (b *Backend) Put(o backend.Observed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -141,7 +144,7 @@ func (b *Backend) Networks() map[types.UID]backend.Observed {
 // Drift tells the drift watchers that owner's network changed.
 func (b *Backend) Drift(owner backend.Owner) {
 	b.mu.Lock()
-	watchers := slices.Clone(b.watchers)
+	watchers := slices.Collect(maps.Values(b.watchers))
 	b.mu.Unlock()
 	for _, w := range watchers {
 		w(owner)
@@ -253,11 +256,16 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) e
 		return w.WatchDrift(ctx, changed)
 	}
 	b.mu.Lock()
-	b.watchers = append(b.watchers, changed)
+	if b.watchers == nil {
+		b.watchers = map[int]func(backend.Owner){}
+	}
+	id := b.nextID
+	b.nextID++
+	b.watchers[id] = changed
 	b.mu.Unlock()
 	<-ctx.Done()
 	b.mu.Lock()
-	b.watchers = nil
+	delete(b.watchers, id)
 	b.mu.Unlock()
 	return fmt.Errorf("drift watch: %w", ctx.Err())
 }

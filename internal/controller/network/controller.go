@@ -43,7 +43,7 @@ const uidIndex = "uid"
 
 // Options tune the controller.
 type Options struct {
-	// Workers is the number of keys reconciled at once.
+	// Workers is the number of Networks reconciled at once.
 	Workers int
 	// Resync is how often the backend is listed to sweep orphans and find
 	// Networks whose backend network went missing.

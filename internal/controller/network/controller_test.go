@@ -321,7 +321,7 @@ func TestOrphanSwept(t *testing.T) {
 func TestBackendFailureAndRecovery(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	injected := errors.New("injected: netlink said no")
-	h.backend.Fail(injected)
+	h.backend.Fail(injected, backend.OperationEnsure, backend.OperationDelete)
 	h.start()
 	h.create("flaky", "10.50.0.0/24", "10.50.0.1")
 	n := h.waitReady("flaky", metav1.ConditionFalse, samplecrdv1.ReasonBackendError)

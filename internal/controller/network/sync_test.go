@@ -333,7 +333,7 @@ func TestSync(t *testing.T) {
 
 			err := f.controller.sync(context.Background(), name)
 
-			if got := runner.Outcome(err); got != tt.wantOutcome {
+			if got := runner.Outcome(err, name); got != tt.wantOutcome {
 				t.Errorf("outcome %s (%v), want %s", got, err, tt.wantOutcome)
 			}
 			if got := f.actions(); !slices.Equal(got, tt.wantActions) {

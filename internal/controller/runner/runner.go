@@ -9,8 +9,10 @@
 //   - nil: done; the name's backoff is forgotten.
 //   - a Conflict from the API server: our cache was behind, the watch
 //     brings the newer object, and the name is retried with backoff.
-//   - a NotFound from the API server: the object went while we worked on
-//     it; its deletion is an event of its own, so retrying cannot help.
+//   - a NotFound from the API server for the synced object itself: it went
+//     while we worked on it; its deletion is an event of its own, so
+//     retrying cannot help. A NotFound for anything else (another object,
+//     a resource the server does not serve) is an error like any other.
 //   - any other error: retried with capped per-name exponential backoff.
 package runner
 
@@ -48,7 +50,8 @@ type Options struct {
 	// Workers is the number of names synced at once.
 	Workers int
 	// MinBackoff and MaxBackoff bound a name's retry delay after a failure;
-	// zero means 100 ms and 30 s.
+	// a MinBackoff of zero means 100 ms, a MaxBackoff below MinBackoff
+	// means 30 s (or MinBackoff, if that is more).
 	MinBackoff, MaxBackoff time.Duration
 	// Metrics receives the queue and reconcile metrics.
 	Metrics *metrics.Metrics
@@ -128,8 +131,7 @@ func (c *Controller) Add(name cache.ObjectName) { c.queue.Add(name) }
 func (c *Controller) Len() int { return c.queue.Len() }
 
 // Run waits for the caches, then runs the workers, the periodic and the
-// background functions until ctx is done. It returns an error only when
-// the caches never synced for another reason than ctx ending.
+// background functions until ctx is done, and returns when they all have.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
@@ -138,10 +140,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	// Progress of the wait at V(2): one line per informer at V(0) is noise.
 	if !cache.WaitFor(klog.NewContext(ctx, logger.V(2)), "caches of controller "+c.opts.Name, c.synced...) {
-		if ctx.Err() != nil {
-			return nil // stopped while starting
-		}
-		return fmt.Errorf("controller %s: caches did not sync", c.opts.Name)
+		return nil // WaitFor gives up only when ctx is done: stopped while starting
 	}
 	logger.Info("Starting workers", "workers", c.opts.Workers)
 
@@ -177,36 +176,47 @@ func (c *Controller) processNextItem(ctx context.Context) bool {
 	start := time.Now()
 	err := c.sync(ctx, name)
 	c.opts.Metrics.ReconcileDuration.WithLabelValues(c.opts.Name).Observe(time.Since(start).Seconds())
-	result := Outcome(err)
+	result := Outcome(err, name)
 	c.opts.Metrics.ReconcileTotal.WithLabelValues(c.opts.Name, result).Inc()
-	logger := klog.FromContext(ctx)
+	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(name.Namespace, name.Name))
 	switch result {
 	case metrics.ResultSuccess:
 		c.queue.Forget(name)
 	case metrics.ResultNotFound:
-		logger.V(2).Info("Object gone while syncing, not retried", "object", name, "err", err)
+		logger.V(2).Info("Object gone while syncing, not retried", "err", err)
 		c.queue.Forget(name)
 	case metrics.ResultConflict:
-		logger.V(2).Info("Conflict, retrying", "object", name, "err", err)
+		logger.V(2).Info("Conflict, retrying", "err", err)
 		c.queue.AddRateLimited(name)
 	default:
-		logger.Error(err, "Sync failed, retrying", "object", name, "retries", c.queue.NumRequeues(name))
+		logger.Error(err, "Sync failed, retrying", "retries", c.queue.NumRequeues(name))
 		c.queue.AddRateLimited(name)
 	}
 	return true
 }
 
-// Outcome classifies the error of a sync as the runner treats it, with the
-// metric label it counts it under.
-func Outcome(err error) string {
+// Outcome classifies the error of the sync of name as the runner treats
+// it, with the metric label it counts it under.
+func Outcome(err error, name cache.ObjectName) string {
 	switch {
 	case err == nil:
 		return metrics.ResultSuccess
 	case apierrors.IsConflict(err):
 		return metrics.ResultConflict
-	case apierrors.IsNotFound(err):
+	case gone(err, name):
 		return metrics.ResultNotFound
 	default:
 		return metrics.ResultError
 	}
+}
+
+// gone reports whether err is the API server's NotFound for the object
+// name itself.
+func gone(err error, name cache.ObjectName) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details != nil && details.Name == name.Name
 }

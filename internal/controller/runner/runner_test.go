@@ -3,10 +3,12 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
@@ -17,15 +19,20 @@ import (
 var resource = schema.GroupResource{Group: "samplecrd.k8s.io", Resource: "networks"}
 
 func TestOutcome(t *testing.T) {
+	name := cache.NewObjectName("ns", "n")
 	for err, want := range map[error]string{
 		nil:                metrics.ResultSuccess,
 		errors.New("boom"): metrics.ResultError,
 		apierrors.NewConflict(resource, "n", errors.New("modified")): metrics.ResultConflict,
 		apierrors.NewNotFound(resource, "n"):                         metrics.ResultNotFound,
 		// Wrapped, as syncs wrap them with context.
-		errors.Join(errors.New("patching"), apierrors.NewNotFound(resource, "n")): metrics.ResultNotFound,
+		fmt.Errorf("patching: %w", apierrors.NewNotFound(resource, "n")): metrics.ResultNotFound,
+		// Another object, or a resource the server does not serve, is not
+		// the synced object being gone.
+		apierrors.NewNotFound(resource, "other"):                       metrics.ResultError,
+		apierrors.NewNotFound(schema.GroupResource{Resource: "x"}, ""): metrics.ResultError,
 	} {
-		if got := Outcome(err); got != want {
+		if got := Outcome(err, name); got != want {
 			t.Errorf("Outcome(%v) = %s, want %s", err, got, want)
 		}
 	}
@@ -46,6 +53,7 @@ func TestRun(t *testing.T) {
 		"error":    errors.New("injected"),
 		"conflict": apierrors.NewConflict(resource, "conflict", errors.New("modified")),
 		"gone":     apierrors.NewNotFound(resource, "gone"),
+		"lost":     apierrors.NewNotFound(resource, "another"),
 	}
 	m := metrics.New()
 	c, err := New(Options{Name: "test", Workers: 2, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Metrics: m},
@@ -71,7 +79,7 @@ func TestRun(t *testing.T) {
 	c.Every("tick", time.Hour, func(context.Context) { periodic <- struct{}{} })
 	background := make(chan struct{})
 	c.Go(func(ctx context.Context) { <-ctx.Done(); close(background) })
-	for _, n := range []string{"ok", "error", "conflict", "gone"} {
+	for _, n := range []string{"ok", "error", "conflict", "gone", "lost"} {
 		c.Add(cache.NewObjectName("ns", n))
 	}
 
@@ -82,19 +90,28 @@ func TestRun(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
-		got := map[string]int{"ok": attempts["ok"], "error": attempts["error"], "conflict": attempts["conflict"], "gone": attempts["gone"]}
+		got := map[string]int{"ok": attempts["ok"], "error": attempts["error"], "conflict": attempts["conflict"], "gone": attempts["gone"], "lost": attempts["lost"]}
 		early := early
 		mu.Unlock()
-		if got["ok"] == 1 && got["error"] == 3 && got["conflict"] == 3 && got["gone"] == 1 && c.Len() == 0 {
+		if got["ok"] == 1 && got["error"] == 3 && got["conflict"] == 3 && got["gone"] >= 1 && got["lost"] == 3 && c.Len() == 0 {
 			if early > 0 {
 				t.Errorf("%d syncs before the caches synced", early)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("attempts %v, want ok 1, error 3, conflict 3 (two failures, then success), gone 1 (not retried)", got)
+			t.Fatalf("attempts %v, want ok 1, error, conflict and lost 3 (two failures, then success), gone 1 (not retried)", got)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// Counted by outcome: a retried "gone" would have counted as an error
+	// at its first attempt already.
+	for result, want := range map[string]float64{
+		metrics.ResultSuccess: 4, metrics.ResultError: 4, metrics.ResultConflict: 2, metrics.ResultNotFound: 1,
+	} {
+		if got := testutil.ToFloat64(m.ReconcileTotal.WithLabelValues("test", result)); got != want {
+			t.Errorf("reconcile_total{result=%s} = %v, want %v", result, got, want)
+		}
 	}
 	select {
 	case <-periodic:

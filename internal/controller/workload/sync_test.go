@@ -232,9 +232,10 @@ func TestSync(t *testing.T) {
 				tt.reactor(f.client)
 			}
 
-			err := f.controller.sync(context.Background(), cache.NewObjectName("ns", "web"))
+			name := cache.NewObjectName("ns", "web")
+			err := f.controller.sync(context.Background(), name)
 
-			if got := runner.Outcome(err); got != tt.wantOutcome {
+			if got := runner.Outcome(err, name); got != tt.wantOutcome {
 				t.Errorf("outcome %s (%v), want %s", got, err, tt.wantOutcome)
 			}
 			var patched *appsv1.Deployment
