@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/workload"
+	"github.com/netop-dev/netop/internal/httpserver"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/version"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -259,20 +259,7 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
-	shutdown := make(chan struct{})
-	go func() {
-		defer close(shutdown)
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	// Serve returns as the shutdown begins; requests in flight end first.
-	<-shutdown
-	return nil
+	return httpserver.Run(ctx, srv, func() error { return srv.Serve(l) })
 }
 
 // Run configures an operator from the options and runs it until ctx is done.

@@ -23,6 +23,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/httpserver"
 )
 
 // MaxRequestBytes caps an AdmissionReview body. The API server's own limit
@@ -80,20 +82,10 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 			GetCertificate: s.certs.GetCertificate,
 		},
 	}
-	shutdown := make(chan struct{})
-	go func() {
-		defer close(shutdown)
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
 	klog.FromContext(ctx).Info("Serving admission webhooks", "address", l.Addr().String())
-	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpserver.Run(ctx, srv, func() error { return srv.ServeTLS(l, "", "") }); err != nil {
 		return fmt.Errorf("webhook server: %w", err)
 	}
-	// ServeTLS returns as the shutdown begins; reviews in flight end first.
-	<-shutdown
 	return nil
 }
 
