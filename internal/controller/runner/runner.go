@@ -178,10 +178,13 @@ func (c *Controller) processNextItem(ctx context.Context) bool {
 	c.opts.Metrics.ReconcileDuration.WithLabelValues(c.opts.Name).Observe(time.Since(start).Seconds())
 	result := Outcome(err, name)
 	c.opts.Metrics.ReconcileTotal.WithLabelValues(c.opts.Name, result).Inc()
+	if result == metrics.ResultSuccess {
+		c.queue.Forget(name)
+		return true
+	}
+	// Built only here: a successful sync, the common case, logs nothing.
 	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(name.Namespace, name.Name))
 	switch result {
-	case metrics.ResultSuccess:
-		c.queue.Forget(name)
 	case metrics.ResultNotFound:
 		logger.V(2).Info("Object gone while syncing, not retried", "err", err)
 		c.queue.Forget(name)
