@@ -32,7 +32,7 @@ type Backend struct {
 	fail     map[string]error
 	latency  time.Duration
 	calls    map[string]int
-	ensured  map[types.UID]int
+	ensured  map[types.UID]bool
 	changes  int
 	watchers map[int]func(backend.Owner)
 	nextID   int
@@ -44,7 +44,7 @@ func New() *Backend {
 		networks: map[types.UID]backend.Observed{},
 		fail:     map[string]error{},
 		calls:    map[string]int{},
-		ensured:  map[types.UID]int{},
+		ensured:  map[types.UID]bool{},
 	}
 }
 
@@ -87,13 +87,6 @@ func (b *Backend) Calls(operation string) int {
 	return b.calls[operation]
 }
 
-// Ensured is how many times Ensure was called for uid.
-func (b *Backend) Ensured(uid types.UID) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ensured[uid]
-}
-
 // EnsuredUIDs lists the owners Ensure was called for.
 func (b *Backend) EnsuredUIDs() []types.UID {
 	b.mu.Lock()
@@ -118,20 +111,13 @@ func (b *Backend) Changes() int {
 }
 
 // Put adds or replaces a network of the in-memory backend, as if it had
-// been there before (an orphan, a network changed by hand). Put, Remove,
-// Networks and Drift script the in-memory backend: a wrapped backend is
+// been there before (an orphan, a network changed by hand). Put, Networks
+// and Drift script the in-memory backend: a wrapped backend is
 // scripted through itself.
 func (b *Backend) Put(o backend.Observed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.networks[o.UID] = o
-}
-
-// Remove takes a network out of the in-memory backend, as a hand would.
-func (b *Backend) Remove(uid types.UID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.networks, uid)
 }
 
 // Networks lists the in-memory backend's networks, by UID.
@@ -162,7 +148,7 @@ func (b *Backend) begin(ctx context.Context, operation string, uid types.UID) er
 	b.mu.Lock()
 	b.calls[operation]++
 	if operation == backend.OperationEnsure {
-		b.ensured[uid]++
+		b.ensured[uid] = true
 	}
 	latency, err := b.latency, b.fail[operation]
 	b.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -435,4 +436,29 @@ func TestResync(t *testing.T) {
 			t.Errorf("inSync(%s) = %v, want %v", n.Name, got, want)
 		}
 	}
+}
+
+// A change behind netop's back, reported by the backend's drift watch,
+// requeues the Network that owns it, and only that one.
+func TestDriftWatchRequeuesTheOwner(t *testing.T) {
+	n := readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1"))
+	stranger := network("stranger", "10.9.0.0/16", "10.9.0.1") // owned by no Network in the cache
+	f := newFixture(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.controller.watchDrift(ctx, f.backend) }()
+	// Drift reaches the watch once it is registered: report until it is.
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.backend.Drift(owner(stranger))
+		f.backend.Drift(owner(n))
+		return f.controller.Len() > 0, nil
+	})
+	if err != nil {
+		t.Fatal("a drift of n's network did not requeue it")
+	}
+	if got := f.controller.Len(); got != 1 {
+		t.Errorf("%d Networks requeued, want 1 (n; the stranger has no Network)", got)
+	}
+	cancel()
+	<-done
 }
