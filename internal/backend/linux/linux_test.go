@@ -886,11 +886,14 @@ func TestAddrListOfOneLink(t *testing.T) {
 		link netlink.Link
 	}{{e.b.handle, links[0]}, {e.b.handle, links[7]}, {fallback, links[0]}, {fallback, links[7]}} {
 		h, link := tc.h, tc.link
-		want, err := e.hand.AddrList(link, netlink.FAMILY_ALL)
+		// Both dumps retry an interrupted dump, as the backend's own calls
+		// do (retryDump): the kernel may add an IPv6 link-local address
+		// while a dump of the whole namespace runs.
+		want, err := retryDump(func() ([]netlink.Addr, error) { return e.hand.AddrList(link, netlink.FAMILY_ALL) })
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := h.AddrList(link, netlink.FAMILY_ALL)
+		got, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_ALL) })
 		if err != nil {
 			t.Fatalf("AddrList(%s): %v", link.Attrs().Name, err)
 		}
