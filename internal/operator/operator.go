@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -240,9 +241,20 @@ func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) erro
 	return nil
 }
 
-// serveMetrics serves /metrics, /healthz and /readyz (ready once the caches
-// are synced) until ctx is done.
+// serveMetrics serves the metrics handler until ctx is done.
 func (op *Operator) serveMetrics(ctx context.Context) error {
+	l, err := net.Listen("tcp", op.opts.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: op.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
+	return httpserver.Run(ctx, srv, func() error { return srv.Serve(l) })
+}
+
+// metricsHandler serves /metrics, /healthz, /readyz (ready once the caches
+// are synced) and, with --profiling, /debug/pprof/.
+func (op *Operator) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", op.metrics.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -253,13 +265,16 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	l, err := net.Listen("tcp", op.opts.MetricsAddr)
-	if err != nil {
-		return fmt.Errorf("--metrics-addr: %w", err)
+	if op.opts.Profiling {
+		// pprof.Index serves the named profiles (heap, allocs, goroutine)
+		// under the same prefix.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	klog.FromContext(ctx).Info("Serving metrics", "address", l.Addr().String())
-	return httpserver.Run(ctx, srv, func() error { return srv.Serve(l) })
+	return mux
 }
 
 // Run configures an operator from the options and runs it until ctx is done.

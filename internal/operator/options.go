@@ -42,6 +42,8 @@ type Options struct {
 
 	// MetricsAddr serves /metrics, /healthz and /readyz; "0" turns it off.
 	MetricsAddr string
+	// Profiling adds Go's /debug/pprof handlers to the metrics address.
+	Profiling bool
 
 	// OperatorNamespace holds the operator's own objects: the default
 	// envoy-initializer template, the webhook certificate Secret.
@@ -103,6 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NeutronCloud, "neutron-cloud", o.NeutronCloud, "clouds.yaml entry to authenticate with (default $OS_CLOUD).")
 	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles at /debug/pprof/ on --metrics-addr (CPU, heap, goroutines), as Kubernetes components do with --profiling.")
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
 	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")

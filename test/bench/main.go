@@ -58,6 +58,7 @@ type config struct {
 	qps                                   float32
 	tutorialNetworks                      int
 	skipFloor, skipTutorial, restart      bool
+	profileDir                            string
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	flag.BoolVar(&c.skipFloor, "skip-floor", false, "skip the floor reference")
 	flag.BoolVar(&c.skipTutorial, "skip-tutorial", false, "skip the tutorial reference")
 	flag.BoolVar(&c.restart, "restart", false, "also restart the controller over the Ready Networks")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "write netop's CPU profile (creates to all Ready) and allocation profile here (go tool pprof DIR/cpu.pprof)")
 	flag.Parse()
 	c.qps = float32(*qps)
 	if c.tutorialNetworks == 0 {
@@ -91,6 +93,7 @@ type result struct {
 	name           string
 	networks       int
 	seconds        float64
+	createSeconds  float64 // start to the last create answered
 	p50, p99       float64
 	writes         map[string]float64 // "verb resource" → count
 	cpuSeconds     float64
@@ -173,7 +176,7 @@ func run(c config) error {
 	var floor, ours, tutorial, restart *result
 	fmt.Fprintf(os.Stderr, "netop: %d Networks\n", c.networks)
 	ours, err = b.measure(ctx, "netop", "ours", c.networks, 10, controllerArgs{
-		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns,
+		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns, profiling: c.profileDir != "",
 	})
 	if err != nil {
 		return fmt.Errorf("netop: %w", err)
@@ -294,6 +297,7 @@ func (b *bench) floor(ctx context.Context) (*result, error) {
 	}
 	start := time.Now()
 	sent, err := b.create(ctx, "floor", 100, b.cfg.networks, func(n *samplecrdv1.Network) { objs <- n })
+	created := time.Since(start).Seconds()
 	close(objs)
 	wg.Wait()
 	if err != nil {
@@ -302,7 +306,7 @@ func (b *bench) floor(ctx context.Context) (*result, error) {
 	if writeErr != nil {
 		return nil, writeErr
 	}
-	r := &result{name: "floor", networks: b.cfg.networks, writes: map[string]float64{"put networks/status": float64(len(done))}}
+	r := &result{name: "floor", networks: b.cfg.networks, createSeconds: created, writes: map[string]float64{"put networks/status": float64(len(done))}}
 	r.seconds, r.p50, r.p99 = timing(start, sent, done)
 	return r, nil
 }
@@ -332,6 +336,8 @@ type controllerArgs struct {
 	qps              float32
 	webhooks         bool
 	netns, namespace string
+	// profiling serves pprof on the metrics address.
+	profiling bool
 }
 
 type child struct {
@@ -357,6 +363,9 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 		"--operator-namespace=netop-system",
 		"--initialize-workloads=false",
 		"--webhook-addr=0",
+	}
+	if a.profiling {
+		args = append(args, "--profiling")
 	}
 	if a.webhooks {
 		args = append(args, "--webhook-addr=127.0.0.1:0", "--webhook-local", "--webhook-cert-dir="+filepath.Join(b.dir, "webhook"))
@@ -404,6 +413,27 @@ func (c *child) stop() (cpu, rssMiB float64) {
 		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
 	return cpu, rssMiB
+}
+
+// profile saves one of the child's /debug/pprof profiles to path.
+func (c *child) profile(name, path string) error {
+	resp, err := http.Get("http://" + c.metricsAddr + "/debug/pprof/" + name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/%s: %s", name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // metrics scrapes the child's counters of interest.
@@ -502,11 +532,20 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		}
 	}
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if a.profiling {
+		// The CPU profile covers the creates and the convergence: at the
+		// QPS limit that is about n/qps seconds.
+		go func() {
+			profiled <- c.profile("profile?seconds="+strconv.Itoa(int(float64(n)/float64(a.qps))+3), filepath.Join(b.cfg.profileDir, "cpu.pprof"))
+		}()
+	}
 	sent, err := b.create(ctx, namespace, first, n, nil)
 	if err != nil {
 		c.stop()
 		return nil, err
 	}
+	created := time.Since(start).Seconds()
 	deadline := time.Duration(float64(n)*3/float64(a.qps)*float64(time.Second)) + 2*time.Minute
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, deadline, true, func(context.Context) (bool, error) {
 		return len(ready()) >= n, nil
@@ -515,8 +554,15 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		c.stop()
 		return nil, fmt.Errorf("%d of %d Networks Ready within %v", len(ready()), n, deadline)
 	}
-	r := &result{name: name, networks: n}
+	r := &result{name: name, networks: n, createSeconds: created}
 	r.seconds, r.p50, r.p99 = timing(start, sent, ready())
+	if a.profiling {
+		err := errors.Join(<-profiled, c.profile("allocs", filepath.Join(b.cfg.profileDir, "allocs.pprof")))
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("profiling: %w", err)
+		}
+	}
 	r.record(ctx, c)
 	return r, nil
 }
@@ -586,12 +632,12 @@ func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, erro
 
 func report(c config, floor, ours, tutorial, restart *result) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
+	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tcreates s\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
 	for _, r := range []*result{floor, ours, tutorial} {
 		if r == nil {
 			continue
 		}
-		_, _ = fmt.Fprintf(w, "%s\t%d\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, float64(r.networks)/r.seconds,
+		_, _ = fmt.Fprintf(w, "%s\t%d\t%.2f\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, r.createSeconds, float64(r.networks)/r.seconds,
 			r.p50, r.p99, r.networkWrites()/float64(r.networks), r.eventWrites()/float64(r.networks), r.cpuSeconds, r.peakRSSMiB)
 	}
 	_ = w.Flush()
@@ -615,6 +661,7 @@ func report(c config, floor, ours, tutorial, restart *result) {
 	out := map[string]any{
 		"networks":                 ours.networks,
 		"seconds":                  ours.seconds,
+		"create_seconds":           ours.createSeconds,
 		"networks_per_second":      float64(ours.networks) / ours.seconds,
 		"p50_seconds":              ours.p50,
 		"p99_seconds":              ours.p99,
@@ -628,6 +675,7 @@ func report(c config, floor, ours, tutorial, restart *result) {
 	}
 	if floor != nil {
 		out["floor_seconds"] = floor.seconds
+		out["floor_create_seconds"] = floor.createSeconds
 		out["ratio_to_floor"] = ours.seconds / floor.seconds
 	}
 	if tutorial != nil {
