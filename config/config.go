@@ -1,7 +1,7 @@
 // Package config embeds the manifests under config/ (the CRD that
-// controller-gen makes from the API types, and the RBAC and Deployment for
-// running netop in a cluster), so that the binaries can install and print
-// exactly the manifests they were built with.
+// controller-gen makes from the API types, and the namespace, RBAC and
+// Deployment for running netop in a cluster), so that the binaries can
+// install and print exactly the manifests they were built with.
 package config
 
 import (
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed crd/*.yaml rbac/*.yaml manager/*.yaml
+//go:embed crd/*.yaml namespace/*.yaml rbac/*.yaml manager/*.yaml
 var files embed.FS
 
 // CRDs returns the CustomResourceDefinitions of netop's API.
@@ -32,10 +32,11 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 }
 
 // All returns every manifest, CRDs first, as one multi-document YAML stream
-// that `kubectl apply -f -` takes.
+// that `kubectl apply -f -` takes: every object after what it needs (the
+// namespace before the Role in it).
 func All() []byte {
 	var out bytes.Buffer
-	for _, dir := range []string{"crd", "rbac", "manager"} {
+	for _, dir := range []string{"crd", "namespace", "rbac", "manager"} {
 		for _, doc := range documents(dir) {
 			out.WriteString("---\n")
 			out.Write(bytes.TrimSpace(doc))

@@ -19,12 +19,51 @@ import (
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
+// ErrInvalid is wrapped by Ensure errors that no retry can fix: the backend
+// refuses the network as specified (the kernel will not assign the gateway
+// address, say). The controller reports them as an invalid spec and waits
+// for the spec to change instead of retrying.
+var ErrInvalid = errors.New("the backend cannot provide this network as specified")
+
 // Owner identifies the Network that a backend network belongs to. UID is the
 // authority; Namespace and Name are for people and logs.
 type Owner struct {
+	// Cluster identifies the cluster of the Network, so that netops of
+	// several clusters can share a network namespace or a Neutron project
+	// without touching each other's networks. Empty on records made before
+	// clusters were recorded: those are adopted by the cluster that has a
+	// Network with their UID, and never swept.
+	Cluster   string
 	Namespace string
 	Name      string
 	UID       types.UID
+}
+
+// MaxClusterLen is the longest cluster identity: it must fit in a Neutron
+// tag with its prefix.
+const MaxClusterLen = 46
+
+// ValidCluster checks a cluster identity: 1 to MaxClusterLen letters,
+// digits, '-', '_' or '.', which fit into every record and tag.
+func ValidCluster(cluster string) error {
+	if cluster == "" || len(cluster) > MaxClusterLen {
+		return fmt.Errorf("cluster identity %q must have 1 to %d characters", cluster, MaxClusterLen)
+	}
+	for i := 0; i < len(cluster); i++ {
+		switch c := cluster[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return fmt.Errorf("cluster identity %q may only have letters, digits, '-', '_' and '.'", cluster)
+		}
+	}
+	return nil
+}
+
+// Claims reports whether a backend network recorded as rec's may be
+// treated as o's: the same UID, and the same cluster or none recorded (a
+// record from before clusters were recorded, which o adopts).
+func (o Owner) Claims(rec Owner) bool {
+	return rec.UID == o.UID && (rec.Cluster == "" || rec.Cluster == o.Cluster)
 }
 
 // Network is the desired state of one backend network.
@@ -130,22 +169,28 @@ const RecordPrefix = "netop:"
 
 // Record is how a backend writes owner down on what it makes, in a field of
 // at most maxLen bytes (an interface alias, a Neutron description):
-// "netop:<namespace>/<name>/<uid>". The name, then the namespace, is
-// shortened to fit; the UID is kept whole, because ownership is decided by
-// it.
+// "netop:<cluster>:<namespace>/<name>/<uid>", or without "<cluster>:" when
+// owner has no cluster. The name, then the namespace, is shortened to fit;
+// the cluster and the UID are kept whole, because ownership is decided by
+// them.
 func (o Owner) Record(maxLen int) string {
+	prefix := RecordPrefix
+	if o.Cluster != "" {
+		prefix += o.Cluster + ":"
+	}
 	ns, name, uid := o.Namespace, o.Name, string(o.UID)
-	if over := len(RecordPrefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxLen; over > 0 {
+	if over := len(prefix) + len(ns) + 1 + len(name) + 1 + len(uid) - maxLen; over > 0 {
 		cut := min(over, len(name))
 		name = name[:len(name)-cut]
 		over -= cut
 		ns = ns[:len(ns)-min(over, len(ns))]
 	}
-	return RecordPrefix + ns + "/" + name + "/" + uid
+	return prefix + ns + "/" + name + "/" + uid
 }
 
 // ParseRecord reads what Record wrote, and returns false for anything else.
-// Backends check the UID's form themselves.
+// Backends check the UID's form themselves. A namespace never contains
+// ':', so a colon before the first '/' ends the cluster.
 func ParseRecord(s string) (Owner, bool) {
 	rest, ok := strings.CutPrefix(s, RecordPrefix)
 	if !ok {
@@ -156,5 +201,14 @@ func ParseRecord(s string) (Owner, bool) {
 	if first < 0 || first == last || last == len(rest)-1 {
 		return Owner{}, false
 	}
-	return Owner{Namespace: rest[:first], Name: rest[first+1 : last], UID: types.UID(rest[last+1:])}, true
+	var o Owner
+	if colon := strings.IndexByte(rest[:first], ':'); colon >= 0 {
+		o.Cluster = rest[:colon]
+		if ValidCluster(o.Cluster) != nil {
+			return Owner{}, false
+		}
+		rest, first, last = rest[colon+1:], first-colon-1, last-colon-1
+	}
+	o.Namespace, o.Name, o.UID = rest[:first], rest[first+1:last], types.UID(rest[last+1:])
+	return o, true
 }

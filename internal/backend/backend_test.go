@@ -17,10 +17,52 @@ func TestRecordRoundTripAndTruncation(t *testing.T) {
 	if len(rec) != 255 || !ok || got.UID != o.UID || got.Namespace != long.Namespace || !strings.HasPrefix(long.Name, got.Name) {
 		t.Fatalf("truncated record %q (%d bytes) parsed as %+v %v", rec, len(rec), got, ok)
 	}
-	for _, bad := range []string{"", "netop:", "netop:a/b", "other:a/b/c", "netop:a/b/"} {
+	// With a cluster: kept whole when the name is shortened.
+	clustered := long
+	clustered.Cluster = "c0ffee00-1111-4222-8333-444455556666"
+	rec = clustered.Record(255)
+	if got, ok := ParseRecord(rec); len(rec) != 255 || !ok || got.Cluster != clustered.Cluster || got.UID != o.UID || got.Namespace != long.Namespace {
+		t.Fatalf("record with a cluster %q parsed as %+v %v", rec, got, ok)
+	}
+	short := o
+	short.Cluster = "cluster-a"
+	if rec := short.Record(255); rec != "netop:cluster-a:ns/example-network/"+string(o.UID) {
+		t.Errorf("record %q", rec)
+	}
+	if got, ok := ParseRecord(short.Record(255)); !ok || got != short {
+		t.Errorf("round trip with a cluster: %+v %v", got, ok)
+	}
+	for _, bad := range []string{"", "netop:", "netop:a/b", "other:a/b/c", "netop:a/b/", "netop::ns/n/u", "netop:bad cluster:ns/n/u"} {
 		if _, ok := ParseRecord(bad); ok {
 			t.Errorf("ParseRecord(%q) accepted", bad)
 		}
+	}
+}
+
+// An owner claims records of its UID from its own cluster and from before
+// clusters were recorded, never another cluster's.
+func TestOwnerClaims(t *testing.T) {
+	ours := Owner{Cluster: "a", UID: "u1"}
+	for _, tc := range []struct {
+		rec  Owner
+		want bool
+	}{
+		{Owner{Cluster: "a", UID: "u1"}, true},
+		{Owner{UID: "u1"}, true},
+		{Owner{Cluster: "b", UID: "u1"}, false},
+		{Owner{Cluster: "a", UID: "u2"}, false},
+	} {
+		if got := ours.Claims(tc.rec); got != tc.want {
+			t.Errorf("Claims(%+v) = %v, want %v", tc.rec, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a:b", "a/b", strings.Repeat("x", MaxClusterLen+1)} {
+		if ValidCluster(bad) == nil {
+			t.Errorf("ValidCluster(%q) accepted", bad)
+		}
+	}
+	if err := ValidCluster("c0ffee00-1111-4222-8333-444455556666"); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -11,10 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -29,6 +32,8 @@ import (
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	kcmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+
+	pkiutil "github.com/netop-dev/netop/internal/pki"
 )
 
 // Config says where the control plane keeps its state.
@@ -53,6 +58,8 @@ type ControlPlane struct {
 	adminConfig *rest.Config
 	logFiles    []*os.File
 	etcd        *embed.Etcd
+	// etcdURL is etcd's client URL, https://127.0.0.1:PORT.
+	etcdURL string
 
 	// A component's done channel is closed when its Run returns; an
 	// unexpected error is logged to the component's log. apiServerErr is
@@ -108,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(pp.APIServer)
 
-	if err := cp.startEtcd(pp); err != nil {
+	if err := cp.startEtcd(p, pp); err != nil {
 		return nil, err
 	}
 	if err := cp.writeKubeconfig(cp.KubeconfigPath, p, adminUser); err != nil {
@@ -237,15 +244,29 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (cp *ControlPlane) startEtcd(pp ports) error {
+// startEtcd runs etcd on 127.0.0.1 with TLS on both of its listeners and
+// client certificates required: a client needs a certificate of etcd's own
+// CA (the API server has one), so that no other user of the host reads or
+// writes the cluster's objects past RBAC. Peers (there are none; the
+// listener exists all the same) are held to the same.
+func (cp *ControlPlane) startEtcd(p *pki, pp ports) error {
 	cfg := embed.NewConfig()
 	cfg.Name = "netop"
 	cfg.Dir = filepath.Join(cp.DataDir, "etcd")
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(pp.EtcdClient))}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(pp.EtcdPeer))}
+	clientURL := etcdClientURL(pp)
+	cp.etcdURL = clientURL.String()
+	peerURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(pp.EtcdPeer))}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	for _, info := range []*transport.TLSInfo{&cfg.ClientTLSInfo, &cfg.PeerTLSInfo} {
+		info.CertFile = p.path(etcdServerCertFile)
+		info.KeyFile = p.path(etcdServerKeyFile)
+		info.TrustedCAFile = p.path(etcdCACertFile)
+		info.ClientCertAuth = true
+	}
+	cfg.TlsMinVersion = string(tlsutil.TLSVersion12)
+	cfg.CipherSuites = pkiutil.TLSCipherSuiteNames()
 	cfg.Logger = "zap"
 	cfg.LogOutputs = []string{filepath.Join(cp.DataDir, "logs", "etcd.log")}
 	// Only a machine crash, not a process crash, loses unsynced writes, and
@@ -274,13 +295,18 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		fs.AddFlagSet(f)
 	}
 	args := []string{
-		"--etcd-servers=" + cp.etcd.Clients[0].Addr().String(),
+		"--etcd-servers=" + cp.etcdURL,
+		"--etcd-cafile=" + p.path(etcdCACertFile),
+		"--etcd-certfile=" + p.path(etcdClientCertFile),
+		"--etcd-keyfile=" + p.path(etcdClientKeyFile),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(pp.APIServer),
 		"--cert-dir=" + p.dir,
 		"--tls-cert-file=" + p.path(servingCertFile),
 		"--tls-private-key-file=" + p.path(servingKeyFile),
+		"--tls-min-version=VersionTLS12",
+		"--tls-cipher-suites=" + strings.Join(pkiutil.TLSCipherSuiteNames(), ","),
 		"--client-ca-file=" + p.path(caCertFile),
 		"--token-auth-file=" + p.path(tokenFile),
 		"--authorization-mode=Node,RBAC",
@@ -328,6 +354,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		}
 	}()
 	return nil
+}
+
+// etcdClientURL is where etcd serves its clients: https://127.0.0.1:PORT.
+func etcdClientURL(pp ports) url.URL {
+	return url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(pp.EtcdClient))}
 }
 
 // waitReady polls /readyz until the API server answers ok, or it stops.

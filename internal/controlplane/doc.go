@@ -12,6 +12,11 @@
 // finish terminating, ownerReference garbage collection never happens,
 // Deployments make no Pods and no default ServiceAccount exists.
 //
+// etcd serves TLS only, and only to clients with a certificate of its own
+// CA, which only kube-apiserver has: another user of the host cannot read
+// or write objects past the API server's authorization. etcd and
+// kube-apiserver accept TLS 1.3 and TLS 1.2 with ECDHE and AEAD suites.
+//
 // Only one control plane can run in a process at a time: both Kubernetes
 // components register process-wide names.
 package controlplane

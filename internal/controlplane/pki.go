@@ -3,6 +3,7 @@ package controlplane
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/csv"
 	"encoding/hex"
 	"fmt"
@@ -26,6 +27,17 @@ const (
 	servingKeyFile  = "apiserver.key"
 	saKeyFile       = "sa.key"
 	tokenFile       = "tokens.csv"
+
+	// etcd has a CA of its own, so that no certificate the API server
+	// trusts (--client-ca-file) opens etcd: only the API server's client
+	// certificate does. One member certificate serves the client and the
+	// peer listener.
+	etcdCACertFile     = "etcd/ca.crt"
+	etcdCAKeyFile      = "etcd/ca.key"
+	etcdServerCertFile = "etcd/server.crt"
+	etcdServerKeyFile  = "etcd/server.key"
+	etcdClientCertFile = "apiserver-etcd-client.crt"
+	etcdClientKeyFile  = "apiserver-etcd-client.key"
 )
 
 // Users of the control plane, each authenticated by a bearer token.
@@ -39,6 +51,8 @@ type pki struct {
 	// tokens by user name.
 	tokens map[string]string
 	caPEM  []byte
+	// etcdCAPEM is the CA of etcd's serving and client certificates.
+	etcdCAPEM []byte
 }
 
 // ensurePKI loads the PKI from dir, making whatever is missing.
@@ -48,11 +62,24 @@ func ensurePKI(dir string) (*pki, error) {
 	}
 	p := &pki{dir: dir}
 
-	if err := p.ensureCA(); err != nil {
+	if err := os.MkdirAll(p.path("etcd"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating PKI directory: %w", err)
+	}
+	var err error
+	if p.caPEM, err = p.ensureCA(caCertFile, caKeyFile, "netop-controlplane-ca"); err != nil {
 		return nil, err
 	}
-	if err := p.ensureServingCert(); err != nil {
-		return nil, err
+	if err := p.ensureCert(servingCert, p.caPEM, caKeyFile, servingCertFile, servingKeyFile); err != nil {
+		return nil, fmt.Errorf("kube-apiserver serving certificate: %w", err)
+	}
+	if p.etcdCAPEM, err = p.ensureCA(etcdCACertFile, etcdCAKeyFile, "netop-etcd-ca"); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	if err := p.ensureCert(etcdServerCert, p.etcdCAPEM, etcdCAKeyFile, etcdServerCertFile, etcdServerKeyFile); err != nil {
+		return nil, fmt.Errorf("etcd serving certificate: %w", err)
+	}
+	if err := p.ensureCert(etcdClientCert, p.etcdCAPEM, etcdCAKeyFile, etcdClientCertFile, etcdClientKeyFile); err != nil {
+		return nil, fmt.Errorf("kube-apiserver's etcd client certificate: %w", err)
 	}
 	if err := p.ensureKey(saKeyFile); err != nil {
 		return nil, fmt.Errorf("service account key: %w", err)
@@ -81,26 +108,26 @@ func (p *pki) ensureKey(name string) error {
 	return keyutil.WriteKey(p.path(name), key)
 }
 
-func (p *pki) ensureCA() error {
-	if err := p.ensureKey(caKeyFile); err != nil {
-		return fmt.Errorf("CA key: %w", err)
+// ensureCA makes a CA (key and self-signed certificate) unless it exists,
+// and returns its certificate.
+func (p *pki) ensureCA(certFile, keyFile, commonName string) ([]byte, error) {
+	if err := p.ensureKey(keyFile); err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
 	}
-	if !exists(p.path(caCertFile)) {
-		key, err := os.ReadFile(p.path(caKeyFile))
+	if !exists(p.path(certFile)) {
+		key, err := os.ReadFile(p.path(keyFile))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		cert, err := pkiutil.NewCAPEM("netop-controlplane-ca", key)
+		cert, err := pkiutil.NewCAPEM(commonName, key)
 		if err != nil {
-			return fmt.Errorf("CA certificate: %w", err)
+			return nil, fmt.Errorf("CA certificate: %w", err)
 		}
-		if err := certutil.WriteCert(p.path(caCertFile), cert); err != nil {
-			return fmt.Errorf("CA certificate: %w", err)
+		if err := certutil.WriteCert(p.path(certFile), cert); err != nil {
+			return nil, fmt.Errorf("CA certificate: %w", err)
 		}
 	}
-	var err error
-	p.caPEM, err = os.ReadFile(p.path(caCertFile))
-	return err
+	return os.ReadFile(p.path(certFile))
 }
 
 // servingCert is the API server's certificate: 127.0.0.1, localhost and the
@@ -113,10 +140,30 @@ var servingCert = pkiutil.ServingCert{
 	Validity: 365 * 24 * time.Hour,
 }
 
-// ensureServingCert makes the API server's certificate, signed by the CA,
-// and renews it well before it expires.
-func (p *pki) ensureServingCert() error {
-	if cert, err := os.ReadFile(p.path(servingCertFile)); err == nil && exists(p.path(servingKeyFile)) && servingCert.Current(cert, time.Now()) {
+// etcdServerCert is etcd's member certificate, for its client and peer
+// listeners on 127.0.0.1. It is a client certificate too: etcd's gRPC
+// gateway and peers connect with it.
+var etcdServerCert = pkiutil.ServingCert{
+	CommonName: "netop-etcd",
+	DNSNames:   []string{"localhost"},
+	IPs:        []net.IP{net.ParseIP("127.0.0.1")},
+	Validity:   365 * 24 * time.Hour,
+	Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+}
+
+// etcdClientCert is the API server's client certificate for etcd.
+var etcdClientCert = pkiutil.ServingCert{
+	CommonName: "kube-apiserver-etcd-client",
+	Validity:   365 * 24 * time.Hour,
+	Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+}
+
+// ensureCert makes the certificate spec describes, signed by the CA, unless
+// one that is current and signed by that CA exists: certificates are
+// renewed well before they expire, and re-issued when the CA was made anew.
+func (p *pki) ensureCert(spec pkiutil.ServingCert, caPEM []byte, caKeyFile, certFile, keyFile string) error {
+	if cert, err := os.ReadFile(p.path(certFile)); err == nil && exists(p.path(keyFile)) &&
+		spec.Current(cert, time.Now()) && signedBy(cert, caPEM) {
 		return nil
 	}
 	key, err := pkiutil.NewKeyPEM()
@@ -127,14 +174,27 @@ func (p *pki) ensureServingCert() error {
 	if err != nil {
 		return err
 	}
-	cert, err := servingCert.Sign(p.caPEM, caKey, key)
+	cert, err := spec.Sign(caPEM, caKey, key)
 	if err != nil {
 		return err
 	}
-	if err := keyutil.WriteKey(p.path(servingKeyFile), key); err != nil {
+	if err := keyutil.WriteKey(p.path(keyFile), key); err != nil {
 		return err
 	}
-	return certutil.WriteCert(p.path(servingCertFile), cert)
+	return certutil.WriteCert(p.path(certFile), cert)
+}
+
+// signedBy reports whether certPEM's first certificate is signed by caPEM's.
+func signedBy(certPEM, caPEM []byte) bool {
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		return false
+	}
+	cas, err := certutil.ParseCertsPEM(caPEM)
+	if err != nil {
+		return false
+	}
+	return certs[0].CheckSignatureFrom(cas[0]) == nil
 }
 
 // ensureTokens writes the API server's static token file: one token for the

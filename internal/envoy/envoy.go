@@ -31,9 +31,13 @@ const (
 	// OptIn is the tutorial's annotation: "true" asks for the sidecar,
 	// "false" refuses it even in an opted-in namespace.
 	OptIn = "initializer.kubernetes.io/envoy"
-	// NamespaceLabel "enabled" opts every pod of a namespace in.
-	NamespaceLabel        = "initializer.kubernetes.io/envoy"
-	NamespaceLabelEnabled = "enabled"
+	// NamespaceLabel "enabled" opts every pod of a namespace in;
+	// "disabled" opts the namespace out: its pods are never sent to the
+	// Pod webhook, whatever their annotation, and the workload initializer
+	// leaves its Deployments as they are.
+	NamespaceLabel         = "initializer.kubernetes.io/envoy"
+	NamespaceLabelEnabled  = "enabled"
+	NamespaceLabelDisabled = "disabled"
 
 	// Injected records the hash of the template that was injected;
 	// InjectedContainers and InjectedVolumes what it added, so that it can
@@ -114,16 +118,31 @@ func (t *Template) validate() error {
 	return errors.Join(errs...)
 }
 
-// Find returns the template for a pod in namespace: the ConfigMap in that
-// namespace wins, otherwise the one in the operator's namespace. It returns
-// nil and no error when there is none, and the ConfigMap it used or failed
-// on.
-func Find(lister corelisters.ConfigMapLister, namespace, operatorNamespace string) (*Template, *corev1.ConfigMap, error) {
-	for _, ns := range []string{namespace, operatorNamespace} {
+// Finder finds the template for a workload and applies the template
+// policy (see policy.go) to it.
+type Finder struct {
+	// ConfigMaps needs to hold only the envoy-initializer ConfigMaps.
+	ConfigMaps corelisters.ConfigMapLister
+	// OperatorNamespace holds the default template, which is trusted.
+	OperatorNamespace string
+	// AllowPrivileged lifts the template policy for every namespace
+	// (--allow-privileged-templates).
+	AllowPrivileged bool
+}
+
+// Find returns the template for a workload in namespace: the ConfigMap in
+// that namespace wins, otherwise the one in the operator's namespace. It
+// returns nil and no error when there is none, and the ConfigMap it used or
+// failed on. A template from the workload's namespace that the template
+// policy refuses is an error of type *PolicyError, unless AllowPrivileged
+// is set or the operator namespace's template lists the namespace in its
+// PrivilegedNamespaces annotation.
+func (f Finder) Find(namespace string) (*Template, *corev1.ConfigMap, error) {
+	for _, ns := range []string{namespace, f.OperatorNamespace} {
 		if ns == "" {
 			continue
 		}
-		cm, err := lister.ConfigMaps(ns).Get(ConfigMapName)
+		cm, err := f.ConfigMaps.ConfigMaps(ns).Get(ConfigMapName)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -131,7 +150,23 @@ func Find(lister corelisters.ConfigMapLister, namespace, operatorNamespace strin
 			return nil, nil, err
 		}
 		t, err := Parse(cm)
-		return t, cm, err
+		if err != nil || ns == f.OperatorNamespace || f.AllowPrivileged {
+			return t, cm, err
+		}
+		violations := t.violations()
+		if len(violations) == 0 {
+			return t, cm, nil
+		}
+		if f.OperatorNamespace != "" {
+			operatorTemplate, err := f.ConfigMaps.ConfigMaps(f.OperatorNamespace).Get(ConfigMapName)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, cm, err
+			}
+			if privilegedNamespaceAllowed(operatorTemplate, namespace) {
+				return t, cm, nil
+			}
+		}
+		return nil, cm, &PolicyError{ConfigMap: t.Source, Fields: violations, OperatorNamespace: f.OperatorNamespace}
 	}
 	return nil, nil, nil
 }

@@ -49,6 +49,9 @@ type Metrics struct {
 	BackendChanges    *prometheus.CounterVec
 	APIWrites         *prometheus.CounterVec
 	Startup           *prometheus.GaugeVec
+	// WebhookRejected counts admission reviews refused with 429 by the
+	// webhook server's limits, by limit (in_flight, bytes).
+	WebhookRejected *prometheus.CounterVec
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -89,6 +92,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "startup_seconds",
 			Help: "Seconds from the start of the operator's Run to each startup phase: networks_listed (the initial list of Networks is in the informer cache), caches_synced (every informer is synced and the Network controller has been handed the whole initial list; /readyz says ok).",
 		}, []string{"phase"}),
+		WebhookRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "webhook_rejected_total",
+			Help: "Admission reviews answered 429 Too Many Requests because a limit of the webhook server was reached, by limit: in_flight (--webhook-max-inflight) or bytes (--webhook-max-inflight-bytes).",
+		}, []string{"limit"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -117,7 +124,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup, m.WebhookRejected,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

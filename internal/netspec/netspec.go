@@ -29,9 +29,26 @@ type Resolved struct {
 	Canonical bool
 }
 
+// Resolver resolves specs under a policy. Its zero value is the default
+// policy: special-purpose prefixes (see reserved.go) are refused.
+type Resolver struct {
+	// AllowReserved lets the special-purpose prefixes through that the
+	// operator may knowingly use (--allow-reserved-prefixes). Loopback and
+	// multicast, and the prefixes that contain them (a /0 among them),
+	// stay refused: they can never be a bridge's network, and the CRD's
+	// CEL rules refuse them too.
+	AllowReserved bool
+}
+
+// Resolve checks spec under the default policy and resolves it. The errors
+// name the field and the reason.
+func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
+	return Resolver{}.Resolve(spec)
+}
+
 // Resolve checks spec and resolves it. The errors name the field and the
 // reason.
-func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
+func (rv Resolver) Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
 	var r Resolved
 	if spec.CIDR == "" {
 		return r, field.ErrorList{field.Required(cidrPath, "an IP prefix such as 192.168.0.0/16")}
@@ -45,10 +62,21 @@ func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
 	}
 	r.Prefix = prefix.Masked()
 	r.Canonical = r.Prefix == prefix
+	if msg, ok := checkReserved(r.Prefix, rv.AllowReserved); !ok {
+		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, msg)}
+	}
+	if !hasHostRange(r.Prefix) {
+		shortest := "/30"
+		if r.Prefix.Addr().Is6() {
+			shortest = "/126"
+		}
+		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR,
+			fmt.Sprintf("must leave room for a gateway and at least one host address: use a prefix of %s or shorter", shortest))}
+	}
 
 	if spec.Gateway == "" {
 		gw, ok := FirstUsable(r.Prefix)
-		if !ok {
+		if !ok || checkGateway(r.Prefix, gw) != "" {
 			return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, "has no usable address for a gateway")}
 		}
 		r.Gateway = gw
@@ -63,28 +91,64 @@ func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
 		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must be of the same IP family as spec.cidr %s", spec.CIDR))}
 	case !r.Prefix.Contains(gw):
 		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must be an address inside spec.cidr %s", r.Prefix))}
-	case hasHostRange(r.Prefix) && gw == r.Prefix.Addr():
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must not be the network address of %s", r.Prefix))}
-	case gw.Is4() && hasHostRange(r.Prefix) && gw == LastAddr(r.Prefix):
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must not be the broadcast address of %s", r.Prefix))}
+	}
+	if msg := checkGateway(r.Prefix, gw); msg != "" {
+		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, msg)}
 	}
 	r.Gateway = gw
 	return r, nil
 }
 
-// FirstUsable returns the first address of prefix that a host may use: the
-// one after the network address, or for a /31, /32 (IPv4) or /127, /128
-// (IPv6), which have no network address, the first address.
-func FirstUsable(prefix netip.Prefix) (netip.Addr, bool) {
+// checkGateway returns why gw, an address of prefix, can never be the
+// gateway of prefix, or "". Defaulting asks it too, so that it never picks
+// such an address.
+func checkGateway(prefix netip.Prefix, gw netip.Addr) string {
+	switch {
+	case gw.IsUnspecified():
+		return "must not be the unspecified address"
+	case gw.IsLoopback():
+		return "must not be a loopback address: no interface but lo can carry it"
+	case gw.IsMulticast():
+		return "must not be a multicast address: an interface cannot carry it as its address"
+	case gw == prefix.Addr():
+		return fmt.Sprintf("must not be the network address of %s", prefix)
+	case gw.Is4() && gw == LastAddr(prefix):
+		return fmt.Sprintf("must not be the broadcast address of %s", prefix)
+	case gw.IsLinkLocalUnicast() && !isLinkLocal(prefix):
+		return fmt.Sprintf("must not be a link-local address: %s is not a link-local prefix", prefix)
+	}
+	return ""
+}
+
+// isLinkLocal reports whether prefix lies inside 169.254.0.0/16 or
+// fe80::/10.
+func isLinkLocal(prefix netip.Prefix) bool {
+	return prefix.Addr().IsLinkLocalUnicast() && prefix.Bits() >= linkLocalBits(prefix.Addr())
+}
+
+func linkLocalBits(a netip.Addr) int {
+	if a.Is4() {
+		return 16
+	}
+	return 10
+}
+
+// FirstUsable returns the first address of prefix that a host may use, the
+// one after the network address; ok is false for prefixes without room for
+// a gateway and a host (IPv4 /31 and /32, IPv6 /127 and /128).
+func FirstUsable(prefix netip.Prefix) (addr netip.Addr, ok bool) {
 	prefix = prefix.Masked()
-	if !hasHostRange(prefix) {
-		return prefix.Addr(), prefix.IsValid()
+	if !prefix.IsValid() || !hasHostRange(prefix) {
+		return netip.Addr{}, false
 	}
 	return prefix.Addr().Next(), true
 }
 
-// hasHostRange reports whether prefix reserves its first (and, for IPv4,
-// last) address; point-to-point and single-address prefixes do not.
+// hasHostRange reports whether prefix has room for its network address
+// (and, for IPv4, its broadcast address), a gateway and at least one host:
+// IPv4 /30 or shorter, IPv6 /126 or shorter. Resolve refuses the others:
+// /31 and /127 point-to-point links and single addresses are not networks a
+// bridge serves.
 func hasHostRange(prefix netip.Prefix) bool {
 	return prefix.Addr().BitLen()-prefix.Bits() >= 2
 }

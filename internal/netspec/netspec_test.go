@@ -17,7 +17,12 @@ func TestResolve(t *testing.T) {
 		{cidr: "192.168.0.0/16", gateway: "192.168.0.1", prefix: "192.168.0.0/16", gw: "192.168.0.1", canonical: true},
 		{cidr: "192.168.1.0/16", gateway: "192.168.1.1", prefix: "192.168.0.0/16", gw: "192.168.1.1"},
 		{cidr: "10.0.0.0/8", prefix: "10.0.0.0/8", gw: "10.0.0.1", canonical: true},
-		{cidr: "10.0.0.4/31", prefix: "10.0.0.4/31", gw: "10.0.0.4", canonical: true},
+		{cidr: "10.0.0.4/30", prefix: "10.0.0.4/30", gw: "10.0.0.5", canonical: true},
+		{cidr: "fd00::/126", prefix: "fd00::/126", gw: "fd00::1", canonical: true},
+		{cidr: "10.0.0.4/31", errContains: `spec.cidr: Invalid value: "10.0.0.4/31": must leave room for a gateway and at least one host address: use a prefix of /30 or shorter`},
+		{cidr: "10.0.0.4/32", errContains: "use a prefix of /30 or shorter"},
+		{cidr: "fd00::/127", errContains: "use a prefix of /126 or shorter"},
+		{cidr: "fd00::1/128", errContains: "use a prefix of /126 or shorter"},
 		{cidr: "fd00::/64", gateway: "fd00::1", prefix: "fd00::/64", gw: "fd00::1", canonical: true},
 		{cidr: "fd00::/64", prefix: "fd00::/64", gw: "fd00::1", canonical: true},
 		{cidr: "", errContains: "spec.cidr: Required value"},
@@ -31,6 +36,7 @@ func TestResolve(t *testing.T) {
 		{cidr: "10.0.0.0/8", gateway: "10.0.0.0", errContains: "network address"},
 		{cidr: "10.0.0.0/8", gateway: "10.255.255.255", errContains: "broadcast address"},
 		{cidr: "fd00::/64", gateway: "fd00::", errContains: "network address"},
+		{cidr: "10.0.0.4/30", gateway: "10.0.0.7", errContains: "broadcast address of 10.0.0.4/30"},
 	} {
 		r, errs := Resolve(samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway})
 		if tc.errContains != "" {
@@ -50,13 +56,26 @@ func TestResolve(t *testing.T) {
 }
 
 func FuzzResolve(f *testing.F) {
-	for _, s := range [][2]string{{"192.168.0.0/16", "192.168.0.1"}, {"fd00::/64", ""}, {"10.0.0.0/8", "10.255.255.255"}} {
+	for _, s := range [][2]string{{"192.168.0.0/16", "192.168.0.1"}, {"fd00::/64", ""}, {"10.0.0.0/8", "10.255.255.255"},
+		{"::/0", ""}, {"169.254.0.0/16", ""}, {"160.0.0.0/3", "169.254.0.1"}, {"fe80::/64", "fe80::1"}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, cidr, gateway string) {
-		r, errs := Resolve(samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway})
-		if len(errs) == 0 && (!r.Prefix.Contains(r.Gateway) || r.Prefix != r.Prefix.Masked()) {
-			t.Fatalf("Resolve(%q, %q) accepted %s %s", cidr, gateway, r.Prefix, r.Gateway)
+		for _, rv := range []Resolver{{}, {AllowReserved: true}} {
+			r, errs := rv.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway})
+			if len(errs) > 0 {
+				continue
+			}
+			gw := r.Gateway
+			if !r.Prefix.Contains(gw) || r.Prefix != r.Prefix.Masked() || !hasHostRange(r.Prefix) ||
+				gw.IsUnspecified() || gw.IsLoopback() || gw.IsMulticast() || gw == r.Prefix.Addr() || gw.Is4() && gw == LastAddr(r.Prefix) {
+				t.Fatalf("%+v.Resolve(%q, %q) accepted %s %s", rv, cidr, gateway, r.Prefix, gw)
+			}
+			for _, res := range reserved {
+				if res.prefix.Overlaps(r.Prefix) && (res.always || !rv.AllowReserved) {
+					t.Fatalf("%+v.Resolve(%q, %q) accepted %s, which overlaps the reserved %s", rv, cidr, gateway, r.Prefix, res.prefix)
+				}
+			}
 		}
 	})
 }

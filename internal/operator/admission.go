@@ -7,6 +7,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
@@ -35,7 +37,8 @@ type admission struct {
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
 func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
-	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder) (*admission, error) {
+	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder,
+	m *metrics.Metrics) (*admission, error) {
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-addr: %w", err)
@@ -52,13 +55,20 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 		store = webhook.FileStore{Dir: o.WebhookCertDir}
 	}
 	a := &admission{opts: o, kube: kube, certs: webhook.NewCertManager(store, serving), listener: l}
-	a.server = webhook.NewServer(a.certs)
+	a.server = webhook.NewServer(a.certs, webhook.Limits{
+		MaxInFlight:          o.WebhookMaxInflight,
+		MaxBodyBytesInFlight: o.WebhookMaxInflightBytes.Value(),
+		Rejected:             func(limit string) { m.WebhookRejected.WithLabelValues(limit).Inc() },
+	})
 	a.webhooks = webhooks(webhookDeps{
 		networks:          networkLister,
 		templates:         templates.Core().V1().ConfigMaps().Lister(),
 		recorder:          recorder,
 		decoder:           webhook.NewDecoder(scheme),
 		operatorNamespace: o.OperatorNamespace,
+		allowReserved:     o.AllowReservedPrefixes,
+
+		allowPrivilegedTemplates: o.AllowPrivilegedTemplates,
 	})
 	a.server.Mount(ctx, a.webhooks)
 	return a, nil
@@ -109,6 +119,52 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	klog.FromContext(ctx).Info("Admission webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
 	wg.StartWithContext(ctx, func(ctx context.Context) { a.certs.RenewLoop(ctx, time.Hour, register) })
 	return <-errc
+}
+
+// removeWebhooks deletes the webhook configurations that a netop with
+// webhooks registered, for a netop started with them off (--webhook-addr=0):
+// left behind they point at a server that is not there, and the API server
+// then refuses every Network and every pod of a labelled namespace (their
+// failurePolicy is Fail). Only netop's are deleted (named
+// WebhookConfigurationName and written by netop's field manager; see
+// webhook.Unregister). The configurations are cluster-wide, one netop's
+// admission per cluster: this netop's "off" holds for the whole cluster.
+//
+// A stop with webhooks on leaves the configurations in place, on purpose:
+// in a rolling update, or with several replicas, the replica that stops is
+// not the last one serving, and removing them would let Networks and pods
+// through unchecked (or uninjected) until the next replica registers again.
+// A netop that is uninstalled takes them with it only when started once
+// with --webhook-addr=0, or by `kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration netop`.
+//
+// Failures are retried with capped backoff until ctx ends; they are logged,
+// not fatal: the Network controller runs on. Forbidden is not retried:
+// the RBAC of the manifests allows it, so it means a netop installed
+// without it.
+func removeWebhooks(ctx context.Context, kube kubernetes.Interface) error {
+	logger := klog.FromContext(ctx)
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		removed, foreign, err := webhook.Unregister(ctx, kube, WebhookConfigurationName)
+		if len(removed) > 0 {
+			logger.Info("Admission webhooks are off: removed their configurations", "removed", removed)
+		}
+		if len(foreign) > 0 {
+			logger.Info("Admission webhooks are off: left configurations of the same name that netop did not make", "kept", foreign)
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case apierrors.IsForbidden(err):
+			logger.Error(err, "Admission webhooks are off, but their configurations could not be removed; remove them by hand unless another netop serves them")
+			return nil
+		}
+		logger.Error(err, "Removing the admission webhook configurations failed; retrying", "after", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
 }
 
 // stopped is nil when ctx is done: an error caused by the stop is no

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,9 +13,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -62,6 +66,9 @@ type Operator struct {
 	synced      atomic.Bool
 	// started is when Run began, for the startup metrics.
 	started time.Time
+
+	// removeWebhooks runs instead of admission when webhooks are off.
+	removeWebhooks func(context.Context) error
 }
 
 // New configures an operator for the cluster of cfg. be is the backend to
@@ -85,6 +92,10 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return nil, fmt.Errorf("netop client: %w", err)
 	}
 
+	cluster, err := clusterID(ctx, kube, o.ClusterID)
+	if err != nil {
+		return nil, err
+	}
 	if be == nil {
 		if be, op.close, err = NewBackend(ctx, o); err != nil {
 			return nil, err
@@ -113,7 +124,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return nil, err
 	}
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
-		network.Options{Workers: o.Workers, Resync: o.Resync})
+		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes})
 	if err != nil {
 		return fail(err)
 	}
@@ -121,19 +132,52 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
 	op.templates = templateInformers(kube, o.Resync)
 	if o.InitializeWorkloads {
-		op.workloads, err = workload.New(ctx, kube, op.kubeFactory.Apps().V1().Deployments(), op.templates.Core().V1().ConfigMaps(),
-			recorder, op.metrics, o.OperatorNamespace, o.Workers)
+		op.workloads, err = workload.New(ctx, kube, op.kubeFactory.Apps().V1().Deployments(), op.kubeFactory.Core().V1().Namespaces(),
+			op.templates.Core().V1().ConfigMaps(), recorder, op.metrics,
+			workload.Options{OperatorNamespace: o.OperatorNamespace, Workers: o.Workers, AllowPrivilegedTemplates: o.AllowPrivilegedTemplates})
 		if err != nil {
 			return fail(err)
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder)
+		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder, op.metrics)
 		if err != nil {
 			return fail(err)
 		}
+	} else {
+		op.removeWebhooks = func(ctx context.Context) error { return removeWebhooks(ctx, kube) }
 	}
 	return op, nil
+}
+
+// clusterID returns the cluster identity: the flag's, or the UID of the
+// kube-system namespace, which every cluster has, which never changes, and
+// which differs between clusters. The API server makes the namespace right
+// after it starts, so a fresh one gets a few seconds.
+func clusterID(ctx context.Context, kube kubernetes.Interface, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	var uid string
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ns, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			uid = string(ns.UID)
+			return true, nil
+		case apierrors.IsNotFound(err):
+			lastErr = err
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if err != nil {
+		return "", fmt.Errorf("cluster identity: reading the UID of namespace %s (or set --cluster-id): %w", metav1.NamespaceSystem, errors.Join(err, lastErr))
+	}
+	klog.FromContext(ctx).V(1).Info("Cluster identity", "cluster", uid)
+	return uid, nil
 }
 
 // NewBackend makes the backend the options name, and the function that
@@ -198,6 +242,8 @@ func (op *Operator) Run(ctx context.Context) error {
 	}
 	if op.admission != nil {
 		run("admission webhooks", func(ctx context.Context) error { return op.admission.run(ctx, synced) })
+	} else {
+		run("admission webhooks removal", op.removeWebhooks)
 	}
 	if op.workloads != nil {
 		run("workload controller", op.workloads.Run)

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -40,6 +43,11 @@ type Options struct {
 	// NeutronCloud names the clouds.yaml entry (default $OS_CLOUD).
 	NeutronCloud string
 
+	// ClusterID is recorded on every backend network so that netops of
+	// several clusters can share a network namespace or a Neutron project;
+	// empty means the UID of the kube-system namespace.
+	ClusterID string
+
 	// MetricsAddr serves /metrics, /healthz and /readyz; "0" turns it off.
 	MetricsAddr string
 	// Profiling adds Go's /debug/pprof handlers to the metrics address.
@@ -60,9 +68,27 @@ type Options struct {
 	// WebhookCertDir keeps the webhook CA and certificate in files;
 	// empty keeps them in a Secret in OperatorNamespace.
 	WebhookCertDir string
+	// WebhookMaxInflight caps the admission reviews served at once;
+	// beyond it the server answers 429 with Retry-After. 0: no limit.
+	WebhookMaxInflight int
+	// WebhookMaxInflightBytes caps the bytes of admission review bodies
+	// being read and decoded at once (429 beyond it). 0: no limit.
+	WebhookMaxInflightBytes resource.QuantityValue
 	// InitializeWorkloads runs the workload initializer: the Envoy
 	// template merged into annotated Deployments.
 	InitializeWorkloads bool
+	// AllowPrivilegedTemplates lets the envoy-initializer template of any
+	// namespace make privileged containers, add capabilities, use host
+	// ports and hostPath volumes (the template policy of envoy.Finder);
+	// without it only the operator namespace's template may, and the
+	// namespaces its annotation lists.
+	AllowPrivilegedTemplates bool
+	// AllowReservedPrefixes lets Networks use special-purpose prefixes
+	// (link-local, "this network", 240.0.0.0/4, 6to4, ...; see
+	// internal/netspec) in admission and in the controller alike.
+	// Loopback and multicast, and the prefixes that contain them, stay
+	// refused: the CRD refuses them too.
+	AllowReservedPrefixes bool
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -78,6 +104,9 @@ func NewOptions() *Options {
 		OperatorNamespace: operatorNamespace(),
 		WebhookAddr:       ":9443",
 		WebhookService:    "netop-webhook",
+
+		WebhookMaxInflight:      webhook.DefaultMaxInFlight,
+		WebhookMaxInflightBytes: resource.QuantityValue{Quantity: *resource.NewQuantity(webhook.DefaultMaxBodyBytesInFlight, resource.BinarySI)},
 
 		InitializeWorkloads: true,
 	}
@@ -104,6 +133,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NeutronProject, "neutron-project", o.NeutronProject, "Neutron project ID that owns netop's networks; required with --neutron-endpoint.")
 	fs.StringVar(&o.NeutronCloud, "neutron-cloud", o.NeutronCloud, "clouds.yaml entry to authenticate with (default $OS_CLOUD).")
 	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
+	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "Identity of this cluster, recorded on every backend network: netops of several clusters sharing a network namespace or a Neutron project touch only their own cluster's networks. Default: the UID of the kube-system namespace.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles at /debug/pprof/ on --metrics-addr (CPU, heap, goroutines), as Kubernetes components do with --profiling.")
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
@@ -111,7 +141,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
 	fs.BoolVar(&o.WebhookLocal, "webhook-local", o.WebhookLocal, "Register the webhooks by the listener's https://127.0.0.1 URL instead of --webhook-service, for a netop running beside its API server.")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "Keep the webhook CA and certificate in this directory instead of a Secret.")
+	fs.IntVar(&o.WebhookMaxInflight, "webhook-max-inflight", o.WebhookMaxInflight, "Admission reviews the webhook server serves at once; more are answered 429 Too Many Requests with Retry-After (the API server retries within the webhook's timeout, then applies its failurePolicy). 0: no limit.")
+	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of admission review bodies the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
 	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
+	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
+	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 }
 
 // Validate checks the options.
@@ -125,10 +159,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.Resync <= 0:
 		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
+	case o.WebhookMaxInflight < 0:
+		return fmt.Errorf("--webhook-max-inflight must be 0 (no limit) or positive, got %d", o.WebhookMaxInflight)
+	case o.WebhookMaxInflightBytes.Sign() < 0:
+		return fmt.Errorf("--webhook-max-inflight-bytes must be 0 (no limit) or positive, got %s", o.WebhookMaxInflightBytes.String())
 	case o.webhooksEnabled() && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the admission webhooks check Networks of all namespaces; use --webhook-addr=0 with --namespace", o.Namespace)
 	case o.InitializeWorkloads && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the workload initializer serves all namespaces; use --initialize-workloads=false with --namespace", o.Namespace)
+	case o.ClusterID != "" && backend.ValidCluster(o.ClusterID) != nil:
+		return fmt.Errorf("--cluster-id: %w", backend.ValidCluster(o.ClusterID))
 	case o.Backend != string(samplecrdv1.BackendLinux) && o.Backend != string(samplecrdv1.BackendNeutron):
 		return fmt.Errorf("--backend %q is not supported; supported: linux, neutron", o.Backend)
 	case o.Backend == string(samplecrdv1.BackendNeutron) && o.NeutronEndpoint != "" && o.NeutronProject == "":

@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	"github.com/netop-dev/netop/internal/webhook/pods"
@@ -35,6 +36,10 @@ type webhookDeps struct {
 	recorder          record.EventRecorder
 	decoder           *webhook.Decoder
 	operatorNamespace string
+	// allowReserved: --allow-reserved-prefixes.
+	allowReserved bool
+	// allowPrivilegedTemplates: --allow-privileged-templates.
+	allowPrivilegedTemplates bool
 }
 
 // webhooks is netop's table of admission webhooks: each handler with its
@@ -82,8 +87,20 @@ func webhooks(d webhookDeps) webhook.Set {
 			Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 		},
 	}}
-	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder}
-	injector := &pods.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, Recorder: d.recorder}
+	// Networks go to their webhooks on create and on updates that change
+	// the spec; metadata-only updates, above all the controller removing
+	// its finalizer, must never depend on the webhooks being up, and cost
+	// no call. CEL compares the spec maps key by key, deeply. has() keeps
+	// the condition from failing (and the failurePolicy from applying) on a
+	// spec missing from an update: the webhook, then the schema, answer.
+	specChanged := []admissionregistrationv1.MatchCondition{{
+		Name:       "spec-changed",
+		Expression: "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec",
+	}}
+	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
+		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}}
+	injector := &pods.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, Recorder: d.recorder,
+		AllowPrivilegedTemplates: d.allowPrivilegedTemplates}
 	namespaceInjector := *injector
 	namespaceInjector.NamespaceOptIn = true
 
@@ -92,13 +109,9 @@ func webhooks(d webhookDeps) webhook.Set {
 		Path:    PathValidateNetwork,
 		Handler: webhook.HandlerFunc(netAdmission.Validate),
 		Rules:   networkRule,
-		// Only spec changes are validated: metadata updates, above all the
-		// controller removing its finalizer, must never depend on the
-		// webhook being up.
-		MatchConditions: []admissionregistrationv1.MatchCondition{{
-			Name:       "spec-changed",
-			Expression: "request.operation != 'UPDATE' || object.spec != oldObject.spec",
-		}},
+		// Only spec changes are validated (Validate checks that too, for
+		// an API server without matchConditions).
+		MatchConditions:   specChanged,
 		FailurePolicy:     admissionregistrationv1.Fail,
 		TimeoutSeconds:    5,
 		NamespaceSelector: notExcluded,
@@ -108,6 +121,7 @@ func webhooks(d webhookDeps) webhook.Set {
 		Handler:           webhook.HandlerFunc(netAdmission.Default),
 		Mutating:          true,
 		Rules:             networkRule,
+		MatchConditions:   specChanged,
 		FailurePolicy:     admissionregistrationv1.Ignore,
 		TimeoutSeconds:    5,
 		NamespaceSelector: notExcluded,
@@ -134,9 +148,11 @@ func webhooks(d webhookDeps) webhook.Set {
 		FailurePolicy:      admissionregistrationv1.Ignore,
 		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 		TimeoutSeconds:     2,
+		// Not the labelled namespaces: opted in ("enabled", the webhook
+		// above) or out ("disabled": no pod of theirs is injected).
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			excluded,
-			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelEnabled}},
+			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelEnabled, envoy.NamespaceLabelDisabled}},
 		}},
 	}}}
 }

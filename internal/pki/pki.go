@@ -60,12 +60,23 @@ func NewCAPEM(commonName string, keyPEM []byte) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: cert.Raw}), nil
 }
 
-// ServingCert describes a TLS server certificate.
+// ServingCert describes a TLS server certificate, or with Usages a client
+// certificate, or one that is both (an etcd member's).
 type ServingCert struct {
 	CommonName string
 	DNSNames   []string
 	IPs        []net.IP
 	Validity   time.Duration
+	// Usages are the extended key usages; empty means server
+	// authentication only.
+	Usages []x509.ExtKeyUsage
+}
+
+func (s ServingCert) usages() []x509.ExtKeyUsage {
+	if len(s.Usages) == 0 {
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	return s.Usages
 }
 
 // Sign issues the serving certificate for the public half of keyPEM, signed
@@ -94,7 +105,7 @@ func (s ServingCert) Sign(caCertPEM, caKeyPEM, keyPEM []byte) ([]byte, error) {
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(s.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  s.usages(),
 		IPAddresses:  s.IPs,
 		DNSNames:     s.DNSNames,
 	}
@@ -106,8 +117,8 @@ func (s ServingCert) Sign(caCertPEM, caKeyPEM, keyPEM []byte) ([]byte, error) {
 }
 
 // Current reports whether certPEM is a certificate that covers the serving
-// certificate's names and addresses and has more than a third of its
-// validity left, so that renewal happens well before expiry.
+// certificate's names, addresses and usages and has more than a third of
+// its validity left, so that renewal happens well before expiry.
 func (s ServingCert) Current(certPEM []byte, now time.Time) bool {
 	cert, err := parseCert(certPEM)
 	if err != nil {
@@ -124,6 +135,11 @@ func (s ServingCert) Current(certPEM []byte, now time.Time) bool {
 	}
 	for _, ip := range s.IPs {
 		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	for _, u := range s.usages() {
+		if !slices.Contains(cert.ExtKeyUsage, u) {
 			return false
 		}
 	}

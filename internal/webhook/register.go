@@ -3,8 +3,10 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -122,6 +124,60 @@ func Register(ctx context.Context, kube kubernetes.Interface, s Set, target Targ
 		return fmt.Errorf("MutatingWebhookConfiguration: %w", err)
 	}
 	return nil
+}
+
+// Unregister deletes the webhook configurations of the Set named name,
+// each only if Register made it: written under ssa.FieldManager. One that
+// someone else made under that name is left alone and named in foreign;
+// missing ones are no error. Each delete is guarded by the UID and
+// resourceVersion that were checked, so a configuration replaced in
+// between is never deleted unchecked (that error is a conflict: try
+// again).
+func Unregister(ctx context.Context, kube kubernetes.Interface, name string) (removed, foreign []string, err error) {
+	for _, c := range []struct {
+		kind   string
+		client getDeleter[metav1.Object]
+	}{
+		{"ValidatingWebhookConfiguration", objectClient[*admissionregistrationv1.ValidatingWebhookConfiguration]{kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()}},
+		{"MutatingWebhookConfiguration", objectClient[*admissionregistrationv1.MutatingWebhookConfiguration]{kube.AdmissionregistrationV1().MutatingWebhookConfigurations()}},
+	} {
+		kind, client := c.kind, c.client
+		obj, err := client.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return removed, foreign, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+		if !slices.ContainsFunc(obj.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool { return f.Manager == ssa.FieldManager }) {
+			foreign = append(foreign, kind+" "+name)
+			continue
+		}
+		uid, rv := obj.GetUID(), obj.GetResourceVersion()
+		err = client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return removed, foreign, fmt.Errorf("deleting %s %s: %w", kind, name, err)
+		}
+		removed = append(removed, kind+" "+name)
+	}
+	return removed, foreign, nil
+}
+
+// getDeleter is what Unregister needs of a typed client.
+type getDeleter[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// objectClient adapts a typed client to getDeleter[metav1.Object].
+type objectClient[T metav1.Object] struct{ c getDeleter[T] }
+
+func (o objectClient[T]) Get(ctx context.Context, name string, opts metav1.GetOptions) (metav1.Object, error) {
+	return o.c.Get(ctx, name, opts)
+}
+
+func (o objectClient[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return o.c.Delete(ctx, name, opts)
 }
 
 // optional points at v, or is nil for the zero value: the API server's

@@ -1,5 +1,6 @@
 // Package webhook is the generic core of admission: an HTTPS server that
-// decodes AdmissionReviews and hands the requests to handlers, a decoder of
+// decodes AdmissionReviews and hands the requests to handlers, within
+// limits on the reviews and bytes it holds at once (Limits), a decoder of
 // admitted objects by their apiVersion and kind, a serving certificate of
 // its own (a CA, persisted, renewed before expiry), and the registration of
 // a Set of webhooks with that CA as caBundle. It knows no handler: the
@@ -8,12 +9,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/httpserver"
+	"github.com/netop-dev/netop/internal/pki"
 )
 
 // MaxRequestBytes caps an AdmissionReview body. The API server's own limit
@@ -47,20 +49,22 @@ func (f HandlerFunc) Admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 // Server is the HTTPS admission server.
 type Server struct {
-	mux   *http.ServeMux
-	certs *CertManager
+	mux     *http.ServeMux
+	certs   *CertManager
+	limiter *limiter
 }
 
-// NewServer returns a server presenting the certificate of certs.
-func NewServer(certs *CertManager) *Server {
-	s := &Server{mux: http.NewServeMux(), certs: certs}
+// NewServer returns a server presenting the certificate of certs, serving
+// reviews within limits (shared by all its paths; /healthz is not limited).
+func NewServer(certs *CertManager, limits Limits) *Server {
+	s := &Server{mux: http.NewServeMux(), certs: certs, limiter: newLimiter(limits)}
 	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	return s
 }
 
 // Handle serves h at path.
 func (s *Server) Handle(ctx context.Context, path string, h Handler) {
-	s.mux.Handle(path, ReviewHandler(ctx, h))
+	s.mux.Handle(path, s.limiter.wrap(ReviewHandler(ctx, h)))
 }
 
 // Mount serves every webhook of set at its path.
@@ -77,8 +81,10 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
+		// TLS 1.3, or TLS 1.2 with ECDHE and AEAD suites only.
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
+			CipherSuites:   pki.TLSCipherSuites(),
 			GetCertificate: s.certs.GetCertificate,
 		},
 	}
@@ -120,7 +126,17 @@ func decodeReview(w http.ResponseWriter, r *http.Request) (*admissionv1.Admissio
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", r.Header.Get("Content-Type"))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if r.ContentLength > MaxRequestBytes {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("admission review larger than %d bytes", MaxRequestBytes)
+	}
+	// Read into a buffer of the declared size: io.ReadAll would grow one
+	// by doubling, allocating about twice the body.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body := buf.Bytes()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

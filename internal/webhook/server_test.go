@@ -116,8 +116,8 @@ func TestCertManagerReusesAndRenews(t *testing.T) {
 	}
 }
 
-// The server speaks TLS 1.2 or newer only, with a certificate the CA bundle
-// verifies.
+// The server speaks TLS 1.3, or TLS 1.2 with AEAD suites, only, with a
+// certificate the CA bundle verifies.
 func TestServerTLS(t *testing.T) {
 	m := NewCertManager(&memStore{}, pki.ServingCert{CommonName: "w", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err := m.Ensure(t.Context()); err != nil {
@@ -129,7 +129,7 @@ func TestServerTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- NewServer(m).Run(ctx, l) }()
+	go func() { done <- NewServer(m, DefaultLimits()).Run(ctx, l) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -145,6 +145,35 @@ func TestServerTLS(t *testing.T) {
 	conn, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatalf("TLS 1.2+ handshake with the CA bundle: %v", err)
+	}
+	_ = conn.Close()
+
+	// TLS 1.2 only with ECDHE and AEAD: a client offering nothing but a
+	// CBC suite is refused, one offering an AEAD suite is served.
+	for _, tc := range []struct {
+		suite uint16
+		ok    bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+	} {
+		conn, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{
+			RootCAs: pool, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tc.suite},
+		})
+		if (err == nil) != tc.ok {
+			t.Errorf("TLS 1.2 with only %s: error %v, want accepted=%v", tls.CipherSuiteName(tc.suite), err, tc.ok)
+		}
+		if err == nil {
+			_ = conn.Close()
+		}
+	}
+	conn, err = tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatalf("TLS 1.3 handshake: %v", err)
 	}
 	_ = conn.Close()
 }

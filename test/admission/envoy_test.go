@@ -342,3 +342,148 @@ func TestDeploymentNameConflictIsNotInjected(t *testing.T) {
 		t.Fatalf("containers changed: %+v", cs)
 	}
 }
+
+// privilegedTemplate is issue 12's hole: a namespace's template that makes
+// a privileged container with the node's / mounted.
+const privilegedTemplate = `containers:
+- name: envoy
+  image: envoy
+  securityContext: {privileged: true}
+  volumeMounts: [{name: host, mountPath: /host}]
+volumes:
+- name: host
+  hostPath: {path: /}
+`
+
+// The template policy: a namespace's privileged template is refused for a
+// pod, which is admitted without the sidecar, its skip annotation naming
+// the ConfigMap and the field, with a Warning Event on the ConfigMap.
+func TestTemplatePolicyRefusesPrivilegedNamespaceTemplate(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: envoy.ConfigMapName},
+		Data:       map[string]string{envoy.ConfigKey: privilegedTemplate},
+	}
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ConfigMap " + ns + `/envoy-initializer key "config"`, "containers[0].securityContext.privileged: true", `volumes[0].hostPath: "/"`}
+	says := func(s string) bool {
+		return !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(s, w) })
+	}
+	// Until the webhook's cache has the template, the pod may be skipped
+	// for want of one, or get the operator namespace's.
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		p, err := env.Kube.CoreV1().Pods(ns).Create(ctx, tutorialPod(t), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return says(p.Annotations[envoy.Skipped]), fmt.Sprintf("dry run: containers %v, annotations %v", names(p), p.Annotations)
+	})
+	pod, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), tutorialPod(t), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !says(pod.Annotations[envoy.Skipped]) || strings.Join(names(pod), " ") != "myapp-container" || slices.Contains(volumeNames(pod), "host") {
+		t.Fatalf("pod: containers %v, volumes %v, annotations %v; want it as created, skipped with %q", names(pod), volumeNames(pod), pod.Annotations, want)
+	}
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,involvedObject.name=" + envoy.ConfigMapName})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == envoy.ReasonInvalidTemplate && says(e.Message) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events on the ConfigMap, none a Warning naming %q", len(events.Items), want)
+	})
+}
+
+// newNamespace makes a namespace with labels, ready for pods.
+func newNamespace(t *testing.T, env *testenv.Env, labels map[string]string) string {
+	t.Helper()
+	ns, err := env.Kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "template-policy-", Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := env.Kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("no default ServiceAccount in %s: %v", ns.Name, err)
+	})
+	return ns.Name
+}
+
+// The workload initializer leaves kube-system and namespaces labelled
+// initializer.kubernetes.io/envoy=disabled alone, while it initializes a
+// Deployment of an ordinary namespace made after them; the Pod webhook is
+// not even called for the opted-out namespace's pods.
+func TestTemplatePolicyWorkloadInitializerSkipsNamespaces(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	if _, err := env.Kube.CoreV1().ConfigMaps(operatorNamespace).Get(t.Context(), envoy.ConfigMapName, metav1.GetOptions{}); err != nil {
+		createTemplate(t, env, operatorNamespace)
+	}
+	optedOut := newNamespace(t, env, map[string]string{envoy.NamespaceLabel: envoy.NamespaceLabelDisabled})
+	createTemplate(t, env, optedOut)
+	ordinary := env.Namespace(t)
+	createTemplate(t, env, ordinary)
+
+	system := annotatedDeployment("netop-test-"+ordinary, 0, corev1.Container{Name: "app", Image: "busybox"})
+	created := map[string]string{} // namespace: Deployment
+	for _, d := range []struct {
+		namespace string
+		d         *appsv1.Deployment
+	}{
+		{metav1.NamespaceSystem, system},
+		{optedOut, annotatedDeployment("app", 0, corev1.Container{Name: "app", Image: "busybox"})},
+		{ordinary, annotatedDeployment("app", 0, corev1.Container{Name: "app", Image: "busybox"})},
+	} {
+		if _, err := env.Kube.AppsV1().Deployments(d.namespace).Create(t.Context(), d.d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		created[d.namespace] = d.d.Name
+	}
+	t.Cleanup(func() {
+		_ = env.Kube.AppsV1().Deployments(metav1.NamespaceSystem).Delete(context.Background(), system.Name, metav1.DeleteOptions{})
+	})
+	containers := func(ctx context.Context, namespace string) (string, error) {
+		d, err := env.Kube.AppsV1().Deployments(namespace).Get(ctx, created[namespace], metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		var cs []string
+		for _, c := range d.Spec.Template.Spec.Containers {
+			cs = append(cs, c.Name)
+		}
+		return strings.Join(cs, " "), nil
+	}
+	testenv.Eventually(t, 15*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := containers(ctx, ordinary)
+		return got == "app envoy", fmt.Sprintf("the ordinary namespace's Deployment: containers [%s] (%v), want [app envoy]", got, err)
+	})
+	// The initializer has come past the others; give it a moment more.
+	time.Sleep(time.Second)
+	for _, namespace := range []string{metav1.NamespaceSystem, optedOut} {
+		if got, err := containers(t.Context(), namespace); err != nil || got != "app" {
+			t.Errorf("the Deployment in %s: containers [%s] (%v), want it untouched: [app]", namespace, got, err)
+		}
+	}
+
+	// Called, the webhook would inject it or annotate why not.
+	pod, err := env.Kube.CoreV1().Pods(optedOut).Create(t.Context(), tutorialPod(t), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(names(pod), " ") != "myapp-container" || pod.Annotations[envoy.Skipped] != "" || pod.Annotations[envoy.Injected] != "" {
+		t.Errorf("a pod of the opted-out namespace: containers %v, annotations %v; want the webhook never called", names(pod), pod.Annotations)
+	}
+}

@@ -29,6 +29,9 @@ const operatorNamespace = "netop-system"
 // webhookAddr is where the operator's webhook server listens.
 var webhookAddr string
 
+// operatorNetns is the network namespace of the operator's bridges.
+var operatorNetns string
+
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, startOperator)) }
 
 // startOperator runs one operator, with its webhooks registered, for the
@@ -49,6 +52,7 @@ func startOperator(env *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	netns := nettest.NetnsName("netop-a-")
+	operatorNetns = netns
 	certDir, err := os.MkdirTemp("", "netop-webhook-")
 	if err != nil {
 		cancel()

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,13 +54,37 @@ func TestBadNetworksAreRejectedNamingTheField(t *testing.T) {
 		{"10.0.0.0/8", " 10.0.0.1", "spec.gateway", "must be an IP address"},
 		{"10.0.0.0/8", "11.0.0.1", "spec.gateway", "inside spec.cidr"},
 		{"192.168.0.0/16", "192.169.0.1", "spec.gateway", "inside spec.cidr"},
-		{"10.0.0.4/31", "10.0.0.6", "spec.gateway", "inside spec.cidr"},
+		{"10.0.0.4/30", "10.0.0.8", "spec.gateway", "inside spec.cidr"},
+		{"10.0.0.4/31", "", "spec.cidr", "must leave room for a gateway and at least one host address: use a prefix of /30 or shorter"},
+		{"10.0.0.4/32", "", "spec.cidr", "use a prefix of /30 or shorter"},
+		{"fd00::/127", "", "spec.cidr", "use a prefix of /126 or shorter"},
 		{"10.0.0.0/8", "fd00::1", "spec.gateway", "inside spec.cidr"},
 		{"fd00::/64", "10.0.0.1", "spec.gateway", "inside spec.cidr"},
 		{"10.0.0.0/8", "10.0.0.0", "spec.gateway", "network address"},
 		{"10.0.0.0/8", "10.255.255.255", "spec.gateway", "broadcast address"},
 		{"fd00::/64", "fd00::", "spec.gateway", "network address"},
 		{"10.0.0.0/8", "fe80::1%eth0", "spec.gateway", "must be an IP address"},
+		// Special-purpose prefixes, from the issue. The schema's CEL rules
+		// run before the validating webhook and refuse the worst (/0,
+		// loopback, multicast); the webhook's message names the purpose
+		// of the others.
+		{"0.0.0.0/0", "", "spec.cidr", "must not be a /0 prefix"},
+		{"127.0.0.0/8", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"169.254.0.0/16", "", "spec.cidr", "is in 169.254.0.0/16, reserved for link-local addresses, the cloud metadata service 169.254.169.254 among them"},
+		{"224.0.0.0/4", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"240.0.0.0/4", "", "spec.cidr", "is in 240.0.0.0/4, reserved for future use"},
+		{"255.255.255.255/32", "", "spec.cidr", "is in 255.255.255.255/32, reserved for the limited broadcast address"},
+		{"0.0.0.0/8", "", "spec.cidr", "is in 0.0.0.0/8, reserved for this-network addresses"},
+		{"128.0.0.0/1", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"::/0", "", "spec.cidr", "must not be a /0 prefix"},
+		{"ff00::/8", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"::1/128", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"192.0.0.0/16", "", "spec.cidr", "contains 192.0.0.0/24, reserved for IETF protocol assignments"},
+		{"fe80::/64", "", "spec.cidr", "is in fe80::/10, reserved for link-local addresses"},
+		{"64:ff9b::/96", "", "spec.cidr", "reserved for IPv4/IPv6 translation"},
+		{"fd00::/64", "::1", "spec.gateway", "inside spec.cidr"},
+		{"fd00::/64", "ff02::1", "spec.gateway", "inside spec.cidr"},
+		{"fd00::/64", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "spec.gateway", "inside spec.cidr"},
 	} {
 		t.Run(fmt.Sprintf("%d:%s/%s", i, tc.cidr, tc.gateway), func(t *testing.T) {
 			_, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network(fmt.Sprintf("bad-%d", i), tc.cidr, tc.gateway), metav1.CreateOptions{})
@@ -118,6 +143,7 @@ func TestDefaultingAndFinalizerAtAdmission(t *testing.T) {
 	for _, tc := range []struct{ cidr, gateway string }{
 		{"10.102.0.0/16", "10.102.0.1"},
 		{"fd00:102::/64", "fd00:102::1"},
+		{"10.202.1.4/30", "10.202.1.5"},
 	} {
 		n, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("d-"+strings.NewReplacer(".", "-", ":", "-", "/", "-").Replace(tc.cidr), tc.cidr, ""), metav1.CreateOptions{})
 		if err != nil {
@@ -164,6 +190,34 @@ func TestNonCanonicalCIDRWarns(t *testing.T) {
 		t.Fatalf("warnings = %q, want [%q]", w.seen, want)
 	}
 	if n.Spec.CIDR != "10.103.1.0/16" {
+		t.Fatalf("the spec was changed to %q; it must stay as written", n.Spec.CIDR)
+	}
+}
+
+// Non-canonical IPv6 gets the warning that Kubernetes gives for its own
+// fields, and is stored as written.
+func TestNonCanonicalIPv6Warns(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	w := &warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = w
+	client := versioned.NewForConfigOrDie(cfg)
+	n, err := client.SamplecrdV1().Networks(ns).Create(t.Context(), network("upper", "FD00:105::/64", "fd00:105:0::1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`spec.cidr: IPv6 CIDR value "FD00:105::/64" should be in RFC 5952 canonical format ("fd00:105::/64")`,
+		`spec.gateway: IPv6 address "fd00:105:0::1" should be in RFC 5952 canonical format ("fd00:105::1")`,
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Equal(w.seen, want) {
+		t.Fatalf("warnings = %q, want %q", w.seen, want)
+	}
+	if n.Spec.CIDR != "FD00:105::/64" {
 		t.Fatalf("the spec was changed to %q; it must stay as written", n.Spec.CIDR)
 	}
 }

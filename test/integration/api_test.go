@@ -6,6 +6,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -165,6 +166,20 @@ func TestSchemaRejectsInvalidNetworks(t *testing.T) {
 		{"garbage-cidr", "x/y", "", "spec.cidr", "must be an IP prefix"},
 		{"bad-gateway", "10.0.0.0/8", "10.0.0", "spec.gateway", "must be an IP address"},
 		{"gateway-outside", "10.0.0.0/8", "11.0.0.1", "spec.gateway", "must be an address inside spec.cidr"},
+		// The worst special-purpose prefixes, refused by CEL rules of the
+		// schema even with no webhook (this API server has none).
+		{"loopback", "127.0.0.0/8", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"in-loopback", "127.0.1.0/24", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"contains-loopback", "126.0.0.0/7", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"loopback6", "::1/128", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"contains-loopback6", "::/64", "", "spec.cidr", "must not be in or contain a loopback range"},
+		{"all4", "0.0.0.0/0", "", "spec.cidr", "must not be a /0 prefix"},
+		{"all6", "::/0", "", "spec.cidr", "must not be a /0 prefix"},
+		{"multicast", "224.0.0.0/4", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"in-multicast", "239.1.1.0/24", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"contains-multicast", "128.0.0.0/1", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"multicast6", "ff02::/16", "", "spec.cidr", "must not be in or contain a multicast range"},
+		{"contains-multicast6", "fe00::/7", "", "spec.cidr", "must not be in or contain a multicast range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network(tc.name, tc.cidr, tc.gateway), metav1.CreateOptions{})
@@ -188,6 +203,14 @@ func TestSchemaRejectsInvalidNetworks(t *testing.T) {
 	// A non-canonical cidr, as in the tutorial's update step, is accepted.
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("tutorial-update", "192.168.1.0/16", "192.168.1.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("non-canonical cidr rejected: %v", err)
+	}
+	// The schema refuses only the worst: the other reserved ranges are the
+	// webhook's (and --allow-reserved-prefixes lets them through), and
+	// ranges that merely lie next to loopback or multicast pass.
+	for i, cidr := range []string{"169.254.0.0/16", "fe80::/64", "126.0.0.0/8", "128.0.0.0/8", "223.255.255.0/24", "240.0.0.0/4", "fd00::/64", "2001:DB8::/64"} {
+		if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network(fmt.Sprintf("schema-allows-%d", i), cidr, ""), metav1.CreateOptions{}); err != nil {
+			t.Errorf("cidr %s rejected by the schema: %v", cidr, err)
+		}
 	}
 }
 

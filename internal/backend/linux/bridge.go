@@ -185,8 +185,10 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		// An empty alias on a bridge with our derived name is one that
 		// netop created and then crashed before marking; adopt it.
 		if attrs.Alias != "" {
-			if owner, ok := ParseAlias(attrs.Alias); !ok || owner.UID != want.UID {
-				return false, fmt.Errorf("%w: bridge %s has alias %q, not the UID %s", ErrForeign, name, attrs.Alias, want.UID)
+			// A record without a cluster is adopted by the cluster
+			// whose Network has its UID; another cluster's is foreign.
+			if owner, ok := ParseAlias(attrs.Alias); !ok || !want.Claims(owner) {
+				return false, fmt.Errorf("%w: bridge %s has alias %q, not the UID %s of cluster %q", ErrForeign, name, attrs.Alias, want.UID, want.Cluster)
 			}
 		}
 		if err := b.nl.LinkSetAlias(link, wantAlias); err != nil {
@@ -245,6 +247,11 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 			gw.Flags = unix.IFA_F_NODAD
 		}
 		err := b.nl.AddrAdd(link, gw)
+		if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EINVAL) {
+			// The kernel refuses this address on a bridge (a loopback or
+			// multicast address, say): no retry can fix that.
+			return changed, fmt.Errorf("add address %s to bridge %s: %w: %w", gw.IPNet, name, err, backend.ErrInvalid)
+		}
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return changed, fmt.Errorf("add address %s to bridge %s: %w", gw.IPNet, name, err)
 		}
@@ -326,7 +333,7 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 			logger.Info("Not deleting an interface that netop did not mark as its own")
 			return nil
 		}
-	} else if o, ok := ParseAlias(alias); !ok || o.UID != owner.UID {
+	} else if o, ok := ParseAlias(alias); !ok || !owner.Claims(o) {
 		logger.Info("Not deleting an interface owned by someone else", "alias", alias)
 		return nil
 	}
@@ -338,7 +345,8 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 	return nil
 }
 
-// ListOwned lists the owners of all links that carry a netop alias.
+// ListOwned lists the owners of all links that carry a netop alias, of
+// every cluster: the caller keeps its own.
 func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

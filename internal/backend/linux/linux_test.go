@@ -442,6 +442,47 @@ func TestEnsureAdoptsUnmarkedBridge(t *testing.T) {
 	e.ensure(t, want, backend.ActionNone)
 }
 
+// A bridge recorded before clusters were is adopted by the cluster whose
+// Network has its UID; another cluster's bridge is never changed, adopted
+// or deleted.
+func TestClusterOwnership(t *testing.T) {
+	e := newTestEnv(t)
+	legacy := network(t, "legacy", "10.1.0.0/16", "10.1.0.1")
+	e.ensure(t, legacy, backend.ActionCreated) // no cluster: the old record
+	adopted := legacy
+	adopted.Cluster = "cluster-a"
+	e.ensure(t, adopted, backend.ActionUpdated)
+	e.checkBridge(t, adopted)
+	if link, err := e.hand.LinkByName(BridgeName(legacy.UID)); err != nil || link.Attrs().Alias != "netop:cluster-a:default/legacy/"+string(legacy.UID) {
+		t.Fatalf("adopted bridge alias %q (%v)", link.Attrs().Alias, err)
+	}
+
+	theirs := network(t, "theirs", "10.2.0.0/16", "10.2.0.1")
+	theirs.Cluster = "cluster-b"
+	e.ensure(t, theirs, backend.ActionCreated)
+	ours := theirs
+	ours.Cluster = "cluster-a"
+	if _, err := e.b.Ensure(testContext(t), ours, nil); !errors.Is(err, ErrForeign) {
+		t.Errorf("Ensure of another cluster's bridge: %v, want ErrForeign", err)
+	}
+	if err := e.b.Delete(testContext(t), ours.Owner, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.checkBridge(t, theirs)
+
+	owned, err := e.b.ListOwned(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters := map[types.UID]string{}
+	for _, o := range owned {
+		clusters[o.UID] = o.Cluster
+	}
+	if clusters[legacy.UID] != "cluster-a" || clusters[theirs.UID] != "cluster-b" {
+		t.Errorf("ListOwned clusters %v", clusters)
+	}
+}
+
 func TestEnsureRejectsInvalidInput(t *testing.T) {
 	e := newTestEnv(t)
 	good := network(t, "net1", "10.1.0.0/16", "10.1.0.1")

@@ -4,19 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 // netnsDir is where named network namespaces are bind-mounted; the same
-// directory as vishvananda/netns and iproute2 use.
+// directory as iproute2 and vishvananda/netns use.
 const netnsDir = "/run/netns"
 
-// EnsureNetns creates the named network namespace unless it exists.
+// EnsureNetns creates the named network namespace unless it exists. It
+// makes it as iproute2's `ip netns add` does (see createNetns), so that the
+// two tools can each add and delete namespaces alongside the other.
 func EnsureNetns(name string) error {
 	if err := validNetnsName(name); err != nil {
 		return err
@@ -26,20 +31,97 @@ func EnsureNetns(name string) error {
 		return err
 	}
 
-	// Creating a namespace moves the calling thread into it. Doing that on
-	// a goroutine of its own means a thread that cannot be moved back is
-	// never handed to other goroutines (see createNetns).
-	errc := make(chan error, 1)
-	go func() { errc <- createNetns(name) }()
-	err = <-errc
+	createMu.Lock()
+	err = createNetns(name)
+	createMu.Unlock()
 	if errors.Is(err, fs.ErrExist) {
-		// Created concurrently by someone else.
-		return checkNetns(name)
+		// Being created concurrently by someone else, who makes the file
+		// before mounting the namespace onto it.
+		for range 100 {
+			if err = checkNetns(name); err == nil {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	return err
 }
 
+// createMu serializes this process's creations: two of them upgrading
+// netnsDir to a mount point at once would stack two mounts.
+var createMu sync.Mutex
+
+// createNetns makes a network namespace as iproute2's netns_add does:
+//
+//  1. netnsDir becomes a shared mount point: made shared where it is a
+//     mount point already, else first bind-mounted onto itself. Namespaces
+//     mounted below it then propagate between mount namespaces (a pod
+//     mounting the host's /run/netns, a process that unshared its mounts),
+//     and, the bug this prevents, a later `ip netns add` finds the mount
+//     point in place and never bind-mounts netnsDir over namespaces already
+//     mounted below the bare directory: those would stay mounted
+//     underneath, their files busy (EBUSY) for every later delete.
+//  2. An empty file netnsDir/name, created exclusively (fs.ErrExist when
+//     someone else is making it).
+//  3. A thread unshares its network namespace and bind-mounts its
+//     /proc/thread-self/ns/net onto the file; failing that, the file goes.
+//
+// Deleting is the reverse: unmount with MNT_DETACH, then unlink (`ip netns
+// delete`, or nettest.DeleteNetns).
 func createNetns(name string) error {
+	if err := shareNetnsDir(); err != nil {
+		return fmt.Errorf("create network namespace %q (needs CAP_SYS_ADMIN): %w", name, err)
+	}
+	path := filepath.Join(netnsDir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0)
+	if err != nil {
+		return fmt.Errorf("create network namespace %q: %w", name, err)
+	}
+	_ = f.Close() // read-only and empty: nothing to flush
+
+	// Unsharing moves the calling thread into the new namespace. Doing that
+	// on a goroutine of its own means a thread that cannot be moved back
+	// is never handed to other goroutines (see mountNewNetns).
+	errc := make(chan error, 1)
+	go func() { errc <- mountNewNetns(path) }()
+	if err := <-errc; err != nil {
+		// As iproute2: a file that is no namespace is not left behind. The
+		// unmount is for a mount whose return to the original namespace
+		// failed.
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		_ = os.Remove(path)
+		return fmt.Errorf("create network namespace %q (needs CAP_SYS_ADMIN): %w", name, err)
+	}
+	return nil
+}
+
+// shareNetnsDir makes netnsDir a shared mount point, creating it if
+// missing: step 1 of createNetns.
+func shareNetnsDir() error {
+	if err := os.Mkdir(netnsDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	madeMountPoint := false
+	for {
+		err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		// EINVAL: not a mount point (yet).
+		if !errors.Is(err, unix.EINVAL) || madeMountPoint {
+			return fmt.Errorf("make %s a shared mount: %w", netnsDir, err)
+		}
+		if err := unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mount %s onto itself: %w", netnsDir, err)
+		}
+		madeMountPoint = true
+	}
+}
+
+// mountNewNetns moves the calling thread into a new network namespace,
+// bind-mounts that onto path and returns the thread to its original
+// namespace. It must run on a goroutine of its own.
+func mountNewNetns(path string) error {
 	runtime.LockOSThread()
 	// Unlocked only once the thread is back in its original namespace. If
 	// that fails, the goroutine ends still locked and the Go runtime
@@ -48,21 +130,24 @@ func createNetns(name string) error {
 	orig, err := netns.Get()
 	if err != nil {
 		runtime.UnlockOSThread()
-		return fmt.Errorf("create network namespace %q: get current namespace: %w", name, err)
+		return fmt.Errorf("get current namespace: %w", err)
 	}
 	defer func() { _ = orig.Close() }() // a namespace handle: nothing to flush
 
-	created, createErr := netns.NewNamed(name)
-	if createErr == nil {
-		_ = created.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread() // unshare failed: still in orig
+		return fmt.Errorf("unshare: %w", err)
 	}
+	// This thread's namespace, not the process's (/proc/self is the
+	// thread group leader's).
+	self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+	mountErr := unix.Mount(self, path, "none", unix.MS_BIND, "")
 	if err := netns.Set(orig); err != nil {
-		return fmt.Errorf("create network namespace %q: return to the original namespace: %w", name, err)
+		return fmt.Errorf("return to the original namespace: %w", err)
 	}
 	runtime.UnlockOSThread()
-
-	if createErr != nil {
-		return fmt.Errorf("create network namespace %q (needs CAP_SYS_ADMIN): %w", name, createErr)
+	if mountErr != nil {
+		return fmt.Errorf("bind-mount %s onto %s: %w", self, path, mountErr)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
@@ -45,7 +44,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 	logger = logger.WithValues("network", net.ID)
 
 	changed := false
-	if tags := Tags(want.UID); !hasTags(net.Tags, tags) {
+	if tags := Tags(want.Owner); !hasTags(net.Tags, tags) {
 		if err := b.replaceTags(ctx, "networks", net.ID, mergeTags(net.Tags, tags)); err != nil {
 			return res, err
 		}
@@ -86,7 +85,7 @@ func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner bac
 	if recorded != nil && recorded.NetworkID != "" {
 		n, err := networks.Get(ctx, b.client, recorded.NetworkID).Extract()
 		switch {
-		case err == nil && b.owned(n.Tags, n.Description, n.ProjectID, owner.UID):
+		case err == nil && b.owned(n.Tags, n.Description, n.ProjectID, owner):
 			return n, nil
 		case err == nil:
 			logger.Info("Recorded network is not this Network's; leaving it alone", "recorded", recorded.NetworkID)
@@ -122,16 +121,23 @@ func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner bac
 // edited, so both are tried, tags first.
 func (b *Backend) lookup(ctx context.Context, owner backend.Owner) ([]networks.Network, error) {
 	var found []networks.Network
-	for _, opts := range []networks.ListOpts{
+	searches := []networks.ListOpts{
 		{Tags: TagUIDPrefix + string(owner.UID), ProjectID: b.project},
 		{Description: Description(owner), ProjectID: b.project},
-	} {
+	}
+	if owner.Cluster != "" {
+		// Made untagged before clusters were recorded.
+		legacy := owner
+		legacy.Cluster = ""
+		searches = append(searches, networks.ListOpts{Description: Description(legacy), ProjectID: b.project})
+	}
+	for _, opts := range searches {
 		nets, err := b.listNetworks(ctx, opts)
 		if err != nil {
 			return nil, wrap(err, "look up the network of %s/%s (UID %s)", owner.Namespace, owner.Name, owner.UID)
 		}
 		for _, n := range nets {
-			if b.owned(n.Tags, n.Description, n.ProjectID, owner.UID) {
+			if b.owned(n.Tags, n.Description, n.ProjectID, owner) {
 				found = append(found, n)
 			}
 		}
@@ -142,10 +148,11 @@ func (b *Backend) lookup(ctx context.Context, owner backend.Owner) ([]networks.N
 	return nil, nil
 }
 
-// owned reports whether a network or subnet is uid's and in the project.
-func (b *Backend) owned(tags []string, description, project string, uid types.UID) bool {
-	got, ok := uidOf(tags, description)
-	return ok && got == uid && (b.project == "" || project == b.project)
+// owned reports whether a network or subnet in the project is owner's: its
+// UID, and its cluster or none recorded (which owner adopts).
+func (b *Backend) owned(tags []string, description, project string, owner backend.Owner) bool {
+	rec, ok := recordOf(tags, description)
+	return ok && owner.Claims(rec) && (b.project == "" || project == b.project)
 }
 
 func (b *Backend) createNetwork(ctx context.Context, owner backend.Owner) (*networks.Network, error) {
@@ -233,7 +240,7 @@ func (b *Backend) convergeSubnet(ctx context.Context, logger klog.Logger, want b
 			logger.Info("Updated subnet", "subnet", keep.ID, "oldGateway", keep.GatewayIP, "gateway", gateway)
 		}
 	}
-	if tags := Tags(want.UID); !hasTags(keep.Tags, tags) {
+	if tags := Tags(want.Owner); !hasTags(keep.Tags, tags) {
 		if err := b.replaceTags(ctx, "subnets", keep.ID, mergeTags(keep.Tags, tags)); err != nil {
 			return keep.ID, changed, err
 		}
@@ -297,7 +304,7 @@ func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *sam
 	if recorded != nil && recorded.NetworkID != "" {
 		n, err := networks.Get(ctx, b.client, recorded.NetworkID).Extract()
 		switch {
-		case err == nil && b.owned(n.Tags, n.Description, n.ProjectID, owner.UID):
+		case err == nil && b.owned(n.Tags, n.Description, n.ProjectID, owner):
 			ids = append(ids, n.ID)
 		case err == nil:
 			logger.Info("Not deleting the recorded network: it is not this Network's", "network", n.ID)
@@ -359,13 +366,15 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 
 	observed := make([]backend.Observed, 0, len(nets))
 	for _, n := range nets {
-		uid, ok := uidOf(n.Tags, "")
-		if !ok {
+		owner, ok := recordOf(n.Tags, "")
+		if !ok || owner.UID == "" {
 			continue // tagged "netop" by someone, but not by netop
 		}
-		owner := backend.Owner{UID: uid}
-		if o, ok := ParseDescription(n.Description); ok && o.UID == uid {
-			owner = o
+		if o, ok := ParseDescription(n.Description); ok && o.UID == owner.UID && (owner.Cluster == "" || o.Cluster == owner.Cluster) {
+			owner.Namespace, owner.Name = o.Namespace, o.Name
+			if owner.Cluster == "" {
+				owner.Cluster = o.Cluster
+			}
 		}
 		obs := backend.Observed{
 			Owner:  owner,

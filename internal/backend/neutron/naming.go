@@ -20,6 +20,10 @@ const (
 	// TagUIDPrefix, followed by the Network's UID, is the tag that says
 	// which Network a network belongs to.
 	TagUIDPrefix = "netop-uid="
+	// TagClusterPrefix, followed by the cluster identity, says which
+	// cluster's Network it is, so that clusters sharing a project leave
+	// each other's networks alone.
+	TagClusterPrefix = "netop-cluster="
 
 	namePrefix = "netop-"
 
@@ -61,8 +65,12 @@ func ParseDescription(desc string) (backend.Owner, bool) {
 }
 
 // Tags returns the tags of owner's network and subnet.
-func Tags(uid types.UID) []string {
-	return []string{TagOwned, TagUIDPrefix + string(uid)}
+func Tags(owner backend.Owner) []string {
+	tags := []string{TagOwned, TagUIDPrefix + string(owner.UID)}
+	if owner.Cluster != "" {
+		tags = append(tags, TagClusterPrefix+owner.Cluster)
+	}
+	return tags
 }
 
 // validUID accepts what fits in a tag and can be searched for: Neutron's
@@ -81,19 +89,31 @@ func validUID(uid types.UID) bool {
 	return true
 }
 
-// uidOf returns the owner UID recorded on a network or subnet: the UID tag
-// if there is one, else the description, which is all a network has if
-// netop died between creating and tagging it.
-func uidOf(tags []string, description string) (types.UID, bool) {
+// recordOf returns the owner recorded on a network or subnet: the UID and
+// cluster tags if there are, else the description, which is all a network
+// has if netop died between creating and tagging it. Only the UID and the
+// cluster are set.
+func recordOf(tags []string, description string) (backend.Owner, bool) {
+	var rec backend.Owner
+	tagged := false
 	for _, t := range tags {
 		if uid, ok := strings.CutPrefix(t, TagUIDPrefix); ok {
-			return types.UID(uid), validUID(types.UID(uid))
+			if !validUID(types.UID(uid)) {
+				return backend.Owner{}, false
+			}
+			rec.UID, tagged = types.UID(uid), true
+		}
+		if cluster, ok := strings.CutPrefix(t, TagClusterPrefix); ok {
+			rec.Cluster = cluster
 		}
 	}
-	if o, ok := ParseDescription(description); ok {
-		return o.UID, true
+	if tagged {
+		return rec, true
 	}
-	return "", false
+	if o, ok := ParseDescription(description); ok {
+		return backend.Owner{Cluster: o.Cluster, UID: o.UID}, true
+	}
+	return backend.Owner{}, false
 }
 
 // hasTags reports whether have contains every tag in want.

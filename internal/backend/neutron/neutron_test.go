@@ -189,7 +189,7 @@ func TestEnsureCreates(t *testing.T) {
 		t.Errorf("network subnets %v, want [%s]", n.Subnets, st.SubnetID)
 	}
 	f.checkSubnet(t, st.SubnetID, "10.20.0.0/24", "10.20.0.1", "10.20.0.2-10.20.0.254")
-	if s := f.subnet(t, st.SubnetID); !hasTags(s.Tags, Tags(owner.UID)) || s.Description != n.Description {
+	if s := f.subnet(t, st.SubnetID); !hasTags(s.Tags, Tags(owner)) || s.Description != n.Description {
 		t.Errorf("subnet tags %v description %q", s.Tags, s.Description)
 	}
 
@@ -409,6 +409,49 @@ func TestNeverTouchesOthers(t *testing.T) {
 		if _, err := networks.Get(ctx, f.b.client, id).Extract(); err != nil {
 			t.Fatalf("network %s: %v", id, err)
 		}
+	}
+}
+
+// A network recorded before clusters were is adopted (tagged with the
+// cluster) by the cluster whose Network has its UID; another cluster's
+// network with the same UID is neither adopted nor deleted.
+func TestClusterOwnership(t *testing.T) {
+	f := newFixture(t)
+	ctx := testContext(t)
+	legacy := newOwner("legacy")
+	st := f.ensure(t, network(legacy, "10.71.0.0/24", "10.71.0.1"), nil, backend.ActionCreated)
+	adopter := legacy
+	adopter.Cluster = "cluster-a"
+	if got := f.ensure(t, network(adopter, "10.71.0.0/24", "10.71.0.1"), &st, backend.ActionUpdated); got != st {
+		t.Fatalf("adoption made %+v, want %+v", got, st)
+	}
+	n, err := networks.Get(ctx, f.b.client, st.NetworkID).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(n.Tags, TagClusterPrefix+"cluster-a") || !hasTags(f.subnet(t, st.SubnetID).Tags, Tags(adopter)) {
+		t.Errorf("adopted network tags %v", n.Tags)
+	}
+
+	other := adopter
+	other.Cluster = "cluster-b"
+	got := f.ensure(t, network(other, "10.71.0.0/24", "10.71.0.1"), &st, backend.ActionCreated)
+	if got.NetworkID == st.NetworkID {
+		t.Fatal("another cluster took the network over")
+	}
+	if err := f.b.Delete(ctx, other, &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := networks.Get(ctx, f.b.client, st.NetworkID).Extract(); err != nil {
+		t.Fatalf("another cluster's Delete removed the network: %v", err)
+	}
+	clusters := map[string]string{}
+	for _, o := range f.listOwned(t) {
+		clusters[o.Status.NetworkID] = o.Cluster
+	}
+	// cluster-b's Delete removed its own network, only that.
+	if _, ok := clusters[got.NetworkID]; clusters[st.NetworkID] != "cluster-a" || ok {
+		t.Errorf("ListOwned clusters %v, want only %s of cluster-a", clusters, st.NetworkID)
 	}
 }
 

@@ -8,6 +8,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
@@ -43,6 +46,9 @@ const uidIndex = "uid"
 
 // Options tune the controller.
 type Options struct {
+	// Cluster is recorded on every backend network, and only backend
+	// networks recorded with it (or with none) are this controller's.
+	Cluster string
 	// Workers is the number of Networks reconciled at once.
 	Workers int
 	// Resync is how often the backend is listed to sweep orphans and find
@@ -51,6 +57,10 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the per-Network retry delay after a
 	// failure.
 	MinBackoff, MaxBackoff time.Duration
+	// AllowReservedPrefixes lets Networks use special-purpose prefixes
+	// (netspec.Resolver.AllowReserved), as --allow-reserved-prefixes does
+	// for the admission webhook.
+	AllowReservedPrefixes bool
 }
 
 // Controller reconciles Networks with a backend.
@@ -63,6 +73,12 @@ type Controller struct {
 	backend  backend.Backend
 	recorder record.EventRecorder
 	metrics  *metrics.Metrics
+	// resolver says what a spec means, under --allow-reserved-prefixes.
+	resolver netspec.Resolver
+	// cluster is Options.Cluster.
+	cluster string
+	// arbiter decides which of overlapping Networks is built.
+	arbiter *overlap.Arbiter
 	// written holds, by UID, the status last written (writtenStatus).
 	written sync.Map
 }
@@ -87,6 +103,9 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		backend:  be,
 		recorder: recorder,
 		metrics:  m,
+		resolver: netspec.Resolver{AllowReserved: opts.AllowReservedPrefixes},
+		arbiter:  overlap.NewArbiter(),
+		cluster:  opts.Cluster,
 	}
 	var err error
 	c.Controller, err = runner.New(runner.Options{
@@ -98,16 +117,23 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	logger := klog.FromContext(ctx)
 	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
+			n, ok := obj.(*samplecrdv1.Network)
+			if !ok {
+				return
+			}
+			c.record(n)
 			// At start every Network arrives as an Add. Those that were
 			// converged are checked in bulk by the first resync, with one
 			// backend list, instead of one backend round trip each.
-			if n, ok := obj.(*samplecrdv1.Network); ok && converged(n) {
+			if converged(n) {
 				return
 			}
 			c.Enqueue(obj)
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			if needsReconcile(oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)) {
+			old, cur := oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)
+			if needsReconcile(old, cur) {
+				c.contend(cur)
 				c.Enqueue(newObj)
 			}
 		},
@@ -118,6 +144,10 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			}
 			if ok {
 				c.written.Delete(n.UID)
+				// Its finalizer removed its backend network, or someone
+				// removed the finalizer: either way nothing waits for it.
+				c.enqueueEntries(c.arbiter.Withdraw(n.UID))
+				c.enqueueEntries(c.arbiter.Release(n.UID))
 			}
 			c.Enqueue(obj)
 		},
@@ -199,6 +229,67 @@ func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 	}
 	name, err := cache.ObjectToName(objs[0])
 	return name, err == nil
+}
+
+// record tells the arbiter about a Network seen for the first time (at
+// start, after a relist, or created): whether it wants a backend network,
+// and that what its status says was built may still be there, so that no
+// overlapping Network builds until this one's sync has decided about it.
+func (c *Controller) record(n *samplecrdv1.Network) {
+	c.contend(n)
+	if e, ok := c.builtEntry(n); ok {
+		c.arbiter.MayBePresent(e)
+	}
+}
+
+// contend records n with the arbiter as wanting a backend network, or not
+// (invalid or being deleted), and enqueues the Networks whose verdict that
+// may change.
+func (c *Controller) contend(n *samplecrdv1.Network) {
+	if e, ok := c.contenderEntry(n); ok {
+		c.enqueueEntries(c.arbiter.Contend(e))
+		return
+	}
+	c.enqueueEntries(c.arbiter.Withdraw(n.UID))
+}
+
+// contenderEntry is n as a contender for a backend network: valid and not
+// being deleted.
+func (c *Controller) contenderEntry(n *samplecrdv1.Network) (overlap.Entry, bool) {
+	if n.DeletionTimestamp != nil {
+		return overlap.Entry{}, false
+	}
+	resolved, errs := c.resolver.Resolve(n.Spec)
+	if len(errs) > 0 {
+		return overlap.Entry{}, false
+	}
+	return entryOf(n, resolved.Prefix), true
+}
+
+// builtEntry is n with the prefixes its backend network may have, as its
+// status and spec say, unless the status says it has none.
+func (c *Controller) builtEntry(n *samplecrdv1.Network) (overlap.Entry, bool) {
+	if n.Status.Backend == nil {
+		return overlap.Entry{}, false
+	}
+	e := entryOf(n)
+	if p, err := netip.ParsePrefix(n.Status.CIDR); err == nil {
+		e.Prefixes = append(e.Prefixes, p.Masked())
+	}
+	if resolved, errs := c.resolver.Resolve(n.Spec); len(errs) == 0 && !slices.Contains(e.Prefixes, resolved.Prefix) {
+		e.Prefixes = append(e.Prefixes, resolved.Prefix)
+	}
+	return e, len(e.Prefixes) > 0
+}
+
+func entryOf(n *samplecrdv1.Network, prefixes ...netip.Prefix) overlap.Entry {
+	return overlap.Entry{Namespace: n.Namespace, Name: n.Name, UID: n.UID, Created: n.CreationTimestamp.Time, Prefixes: prefixes}
+}
+
+func (c *Controller) enqueueEntries(entries []overlap.Entry) {
+	for _, e := range entries {
+		c.Add(cache.ObjectName{Namespace: e.Namespace, Name: e.Name})
+	}
 }
 
 func (c *Controller) enqueueAll() {

@@ -288,21 +288,32 @@ func TestDeleteWhileStopped(t *testing.T) {
 // start, and a live Network's bridge is not.
 func TestOrphanSwept(t *testing.T) {
 	h := newHarness(t, time.Hour)
-	orphanUID := types.UID("0badc0de-0000-4000-8000-000000000001")
-	res, err := h.linux.Ensure(context.Background(), backend.Network{
-		Owner:   backend.Owner{Namespace: h.ns, Name: "never-existed", UID: orphanUID},
-		CIDR:    netip.MustParsePrefix("10.40.0.0/24"),
-		Gateway: netip.MustParseAddr("10.40.0.1"),
-	}, nil)
+	// The cluster's identity is the UID of kube-system: an orphan recorded
+	// with it is ours to sweep; one recorded without any cluster (before
+	// clusters were recorded) may be another cluster's and stays.
+	kubeSystem, err := h.env.Kube.CoreV1().Namespaces().Get(context.Background(), metav1.NamespaceSystem, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.waitBridge(res.Status.Interface, "10.40.0.1/24")
+	orphan := func(uid types.UID, cluster, cidr, gateway string) string {
+		res, err := h.linux.Ensure(context.Background(), backend.Network{
+			Owner:   backend.Owner{Cluster: cluster, Namespace: h.ns, Name: "never-existed", UID: uid},
+			CIDR:    netip.MustParsePrefix(cidr),
+			Gateway: netip.MustParseAddr(gateway),
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.waitBridge(res.Status.Interface, gateway+"/24")
+		return res.Status.Interface
+	}
+	ours := orphan("0badc0de-0000-4000-8000-000000000001", string(kubeSystem.UID), "10.40.0.0/24", "10.40.0.1")
+	legacy := orphan("0badc0df-0000-4000-8000-000000000002", "", "10.42.0.0/24", "10.42.0.1")
 
 	h.start()
 	h.create("alive", "10.41.0.0/24", "10.41.0.1")
 	n := h.waitReady("alive", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
-	h.waitBridge(res.Status.Interface)
+	h.waitBridge(ours)
 
 	// The live one survives later sweeps too.
 	lists := h.backend.Calls(backend.OperationList)
@@ -313,6 +324,7 @@ func TestOrphanSwept(t *testing.T) {
 		return h.backend.Calls(backend.OperationList) >= lists+3, "waiting for three sweeps"
 	})
 	h.waitBridge(n.Status.Backend.Interface, "10.41.0.1/24")
+	h.waitBridge(legacy, "10.42.0.1/24")
 }
 
 // A failing backend shows as Ready=False with reason BackendError and the
@@ -450,4 +462,38 @@ func TestRestartOfConvergedNetworksIsCheap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// With admission away, an overlapping Network gets in: the older one (by
+// creationTimestamp, then UID: two creates in the same second are ordered
+// by UID) keeps its bridge, the younger one reports Overlap and gets none,
+// and is built once the older one is deleted.
+func TestOverlapArbitrated(t *testing.T) {
+	h := newHarness(t, time.Minute)
+	h.start()
+
+	first := h.create("first", "10.60.0.0/16", "10.60.0.1")
+	second := h.create("second", "10.60.7.0/24", "10.60.7.1")
+	winner, loser := first, second
+	if !first.CreationTimestamp.Before(&second.CreationTimestamp) && (!first.CreationTimestamp.Equal(&second.CreationTimestamp) || second.UID < first.UID) {
+		winner, loser = second, first
+	}
+	h.waitReady(winner.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	got := h.waitReady(loser.Name, metav1.ConditionFalse, samplecrdv1.ReasonOverlap)
+	if msg := meta.FindStatusCondition(got.Status.Conditions, samplecrdv1.ConditionReady).Message; !strings.Contains(msg, h.ns+"/"+winner.Name+" ("+winner.Spec.CIDR+")") {
+		t.Errorf("Overlap message %q does not name the older Network", msg)
+	}
+	if got.Status.Backend != nil {
+		t.Errorf("the losing Network has status.backend %+v", got.Status.Backend)
+	}
+	h.waitEvent(loser.Name, "Warning/"+samplecrdv1.ReasonOverlap)
+	h.waitBridge(linux.BridgeName(winner.UID), winner.Spec.Gateway+"/"+strings.Split(winner.Spec.CIDR, "/")[1])
+	h.waitBridge(linux.BridgeName(loser.UID))
+
+	if err := h.env.Netop.SamplecrdV1().Networks(h.ns).Delete(context.Background(), winner.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitReady(loser.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	h.waitBridge(linux.BridgeName(winner.UID))
+	h.waitBridge(linux.BridgeName(loser.UID), loser.Spec.Gateway+"/"+strings.Split(loser.Spec.CIDR, "/")[1])
 }

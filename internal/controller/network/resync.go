@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"net/netip"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,7 +11,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/metrics"
-	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -28,8 +29,23 @@ func (c *Controller) resync(ctx context.Context) {
 	}
 	observed := make(map[types.UID]backend.Observed, len(owned))
 	for _, o := range owned {
-		observed[o.UID] = o
-		if _, claimed := c.nameForUID(o.UID); claimed {
+		if o.Cluster != "" && o.Cluster != c.cluster {
+			continue // another cluster's: never ours to sweep or repair
+		}
+		if name, claimed := c.nameForUID(o.UID); claimed {
+			observed[o.UID] = o
+			// The backend is the truth about what exists: a network that
+			// a crash left unrecorded still keeps overlapping Networks
+			// from building until its own sync decided about it.
+			if o.CIDR.IsValid() && !c.arbiter.Present(o.UID) {
+				c.arbiter.MayBePresent(overlap.Entry{Namespace: name.Namespace, Name: name.Name, UID: o.UID, Prefixes: []netip.Prefix{o.CIDR}})
+			}
+			continue
+		}
+		if o.Cluster != c.cluster {
+			// Recorded before clusters were: it may be another cluster's,
+			// which that cluster adopts; only a Network's UID claims it.
+			logger.V(4).Info("Leaving a backend network without a cluster record alone", "owner", klog.KRef(o.Namespace, o.Name), "uid", o.UID)
 			continue
 		}
 		if c.liveNetworkExists(ctx, o.Owner) {
@@ -44,7 +60,7 @@ func (c *Controller) resync(ctx context.Context) {
 	}
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv1.Network)
-		if !ok || n.DeletionTimestamp != nil || inSync(n, observed) {
+		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) {
 			continue
 		}
 		logger.V(2).Info("Backend network differs from the Network; reconciling", "network", klog.KObj(n), "observed", observed[n.UID], "status", n.Status.Backend)
@@ -55,13 +71,18 @@ func (c *Controller) resync(ctx context.Context) {
 // inSync reports whether the backend network of n is what its spec and
 // status say. An invalid spec is in sync: nothing can be done until it
 // changes.
-func inSync(n *samplecrdv1.Network, observed map[types.UID]backend.Observed) bool {
-	resolved, errs := netspec.Resolve(n.Spec)
+func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backend.Observed) bool {
+	resolved, errs := c.resolver.Resolve(n.Spec)
 	if len(errs) > 0 {
 		return true
 	}
 	o, ok := observed[n.UID]
-	return ok && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway &&
+	if _, loses := c.arbiter.Loses(entryOf(n, resolved.Prefix)); loses {
+		// It must have no backend network, and its status must say why.
+		return !ok && !c.arbiter.Present(n.UID) && n.Status.Backend == nil
+	}
+	// A record without the cluster is adopted by the sync rewriting it.
+	return ok && o.Cluster == c.cluster && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway &&
 		n.Status.Backend != nil && *n.Status.Backend == o.Status
 }
 

@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -51,7 +53,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	}
 
-	resolved, errs := netspec.Resolve(n.Spec)
+	resolved, errs := c.resolver.Resolve(n.Spec)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Invalid spec: %s", msg)
@@ -59,12 +61,34 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInvalid, msg, n.Status.Backend)
 	}
 
+	// The cache may be ahead of the event handler: record n first.
+	entry := entryOf(n, resolved.Prefix)
+	c.enqueueEntries(c.arbiter.Contend(entry))
+	verdict := c.arbiter.Acquire(entry)
+	if verdict.Winner != nil {
+		return c.yield(ctx, cached, n, resolved, *verdict.Winner)
+	}
+	if !verdict.Build() {
+		// n wins, but an overlapping Network may still have its backend
+		// network: its sync removes it and, through the arbiter, enqueues
+		// n again.
+		logger.V(2).Info("Waiting for overlapping Networks to remove their backend networks", "waiting", len(verdict.Waiting))
+		c.enqueueEntries(verdict.Waiting)
+		return nil
+	}
+
 	want := backend.Network{
-		Owner:   backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID},
+		Owner:   c.owner(n),
 		CIDR:    resolved.Prefix,
 		Gateway: resolved.Gateway,
 	}
 	res, err := c.backend.Ensure(ctx, want, n.Status.Backend)
+	if errors.Is(err, backend.ErrInvalid) {
+		msg := err.Error()
+		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Backend %s refuses the spec: %s", c.backend.Type(), msg)
+		// Not retried: no retry can fix it, only a new spec can.
+		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInvalid, msg, n.Status.Backend)
+	}
 	if err != nil {
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Backend %s failed: %v", c.backend.Type(), err)
 		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonBackendError, err.Error(), n.Status.Backend); statusErr != nil {
@@ -82,10 +106,35 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.metrics.BackendChanges.WithLabelValues(string(res.Status.Type), string(res.Action)).Inc()
 		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
 	}
+	c.arbiter.Built(entry)
 	n.Status.CIDR = resolved.Prefix.String()
 	n.Status.Gateway = resolved.Gateway.String()
 	msg := fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
 	return c.updateStatus(ctx, cached, n, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, msg, &res.Status)
+}
+
+// yield makes sure n, which overlaps the older Network winner, has no
+// backend network, and says so in its status. It is not retried: the
+// winner going or moving enqueues n again.
+func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv1.Network, resolved netspec.Resolved, winner overlap.Entry) error {
+	if c.arbiter.Present(n.UID) || n.Status.Backend != nil {
+		if err := c.backend.Delete(ctx, c.owner(n), n.Status.Backend); err != nil {
+			c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Removing the backend network of an overlapping Network failed: %v", err)
+			return fmt.Errorf("removing the backend network of an overlapping Network: %w", err)
+		}
+		if n.Status.Backend != nil {
+			c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
+		}
+	}
+	c.enqueueEntries(c.arbiter.Release(n.UID))
+	msg := fmt.Sprintf("spec.cidr %s overlaps Network %s/%s (%s), which is older: this Network has no backend network until that one is deleted or moves",
+		resolved.Prefix, winner.Namespace, winner.Name, winner.Prefixes[0])
+	if ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap || ready.Message != msg {
+		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonOverlap, "Not built: %s", msg)
+		klog.FromContext(ctx).Info("Network overlaps an older one; not built", "winner", klog.KRef(winner.Namespace, winner.Name))
+	}
+	n.Status.CIDR, n.Status.Gateway = "", ""
+	return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonOverlap, msg, nil)
 }
 
 // finalize removes the backend network of a Network that is being deleted,
@@ -94,7 +143,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		return nil
 	}
-	owner := backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID}
+	owner := c.owner(n)
 	if err := c.backend.Delete(ctx, owner, n.Status.Backend); err != nil {
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Deleting the backend network failed: %v", err)
 		cached := n.DeepCopy()
@@ -105,6 +154,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		return fmt.Errorf("deleting backend network: %w", err)
 	}
 	c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
+	c.enqueueEntries(c.arbiter.Release(n.UID))
 	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
 	klog.FromContext(ctx).Info("Backend network deleted")
 	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrdv1.Finalizer }))
@@ -185,6 +235,11 @@ func sameStatus(a, b samplecrdv1.NetworkStatus) bool {
 		b.Conditions[i].LastTransitionTime = metav1.Time{}
 	}
 	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// owner is n as its backend network records it.
+func (c *Controller) owner(n *samplecrdv1.Network) backend.Owner {
+	return backend.Owner{Cluster: c.cluster, Namespace: n.Namespace, Name: n.Name, UID: n.UID}
 }
 
 func backendName(s *samplecrdv1.NetworkBackendStatus) string {

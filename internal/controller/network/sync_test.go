@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -62,6 +63,7 @@ func newFixture(t testing.TB, networks ...*samplecrdv1.Network) *fixture {
 		if err := informer.Informer().GetIndexer().Add(n); err != nil {
 			t.Fatal(err)
 		}
+		f.controller.record(n)
 	}
 	f.client.ClearActions()
 	return f
@@ -163,8 +165,10 @@ func TestSync(t *testing.T) {
 		network *samplecrdv1.Network
 		// inBackend: its network exists, as its spec says.
 		inBackend bool
-		// failing makes these backend operations fail.
+		// failing makes these backend operations fail, with failErr
+		// (default errBackendDown).
 		failing []string
+		failErr error
 		// reactor scripts an API answer.
 		reactor func(*fake.Clientset)
 		// setup runs last before the sync.
@@ -250,6 +254,16 @@ func TestSync(t *testing.T) {
 		wantReason:  samplecrdv1.ReasonBackendError,
 		wantOutcome: metrics.ResultError,
 	}, {
+		name:        "backend refuses the spec (backend.ErrInvalid): Invalid, not retried",
+		network:     network("n", "10.1.0.0/16", "10.1.0.1"),
+		failing:     []string{backend.OperationEnsure},
+		failErr:     fmt.Errorf("add address 10.1.0.1/16 to bridge netop0badc0de0: cannot assign requested address: %w", backend.ErrInvalid),
+		wantActions: []string{"update networks/status"},
+		wantEvents:  []string{"Warning " + samplecrdv1.ReasonInvalid},
+		wantReady:   metav1.ConditionFalse,
+		wantReason:  samplecrdv1.ReasonInvalid,
+		wantOutcome: metrics.ResultSuccess,
+	}, {
 		name:    "status write conflicts: retried",
 		network: network("n", "10.1.0.0/16", "10.1.0.1"),
 		reactor: func(c *fake.Clientset) {
@@ -323,7 +337,11 @@ func TestSync(t *testing.T) {
 				f.inBackend(tt.network)
 			}
 			if len(tt.failing) > 0 {
-				f.backend.Fail(errBackendDown, tt.failing...)
+				failErr := errBackendDown
+				if tt.failErr != nil {
+					failErr = tt.failErr
+				}
+				f.backend.Fail(failErr, tt.failing...)
 			}
 			if tt.reactor != nil {
 				tt.reactor(f.client)
@@ -376,6 +394,143 @@ func TestSync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// createdAt sets n's creationTimestamp to t0 plus age seconds.
+func createdAt(n *samplecrdv1.Network, age int) *samplecrdv1.Network {
+	n.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 22, 0, 0, age, 0, time.UTC))
+	return n
+}
+
+// update replaces n in the fixture's cache, as an informer update would.
+func (f *fixture) update(n *samplecrdv1.Network) {
+	f.t.Helper()
+	if err := f.controller.indexer.Update(n); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.client.Tracker().Get(schema.GroupVersionResource{Group: samplecrdv1.GroupName, Version: "v1", Resource: "networks"}, n.Namespace, n.Name); err == nil {
+		if err := f.client.Tracker().Update(schema.GroupVersionResource{Group: samplecrdv1.GroupName, Version: "v1", Resource: "networks"}, n, n.Namespace); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.controller.contend(n)
+}
+
+// sync runs one sync of n and fails the test on an error.
+func (f *fixture) sync(n *samplecrdv1.Network) {
+	f.t.Helper()
+	if err := f.controller.sync(context.Background(), cache.MetaObjectToName(n)); err != nil {
+		f.t.Fatalf("sync %s: %v", n.Name, err)
+	}
+}
+
+// lastReady is the Ready condition of the last status written for n.
+func (f *fixture) lastReady(n *samplecrdv1.Network) *metav1.Condition {
+	var last *samplecrdv1.Network
+	for _, a := range f.client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
+			if w := u.GetObject().(*samplecrdv1.Network); w.Name == n.Name {
+				last = w
+			}
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(last.Status.Conditions, samplecrdv1.ConditionReady)
+}
+
+// Of two overlapping Networks the older one is built and the younger one
+// reports Overlap with no backend network, whichever is synced first; when
+// the older one goes, the younger one is built.
+func TestSyncOverlap(t *testing.T) {
+	t.Run("younger one synced first", func(t *testing.T) {
+		older := createdAt(network("older", "10.0.0.0/16", "10.0.0.1"), 0)
+		younger := createdAt(network("younger", "10.0.1.0/24", "10.0.1.1"), 1)
+		f := newFixture(t, older, younger)
+
+		f.sync(younger)
+		if _, ok := f.backend.Networks()[younger.UID]; ok {
+			t.Fatal("the younger Network was built")
+		}
+		if f.backend.Calls(backend.OperationEnsure) != 0 {
+			t.Error("the losing Network reached the backend's Ensure")
+		}
+		ready := f.lastReady(younger)
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != samplecrdv1.ReasonOverlap || !strings.Contains(ready.Message, "ns/older (10.0.0.0/16)") {
+			t.Fatalf("younger's Ready condition %+v, want False Overlap naming ns/older", ready)
+		}
+		if got := f.events(); !slices.Equal(got, []string{"Warning " + samplecrdv1.ReasonOverlap}) {
+			t.Errorf("Events %q, want one Warning Overlap", got)
+		}
+		f.sync(older)
+		if _, ok := f.backend.Networks()[older.UID]; !ok {
+			t.Fatal("the older Network was not built")
+		}
+
+		// The older one is deleted: its finalizer removes its network and
+		// the younger one is enqueued and built.
+		f.update(deleting(older.DeepCopy()))
+		f.sync(older)
+		if _, ok := f.backend.Networks()[older.UID]; ok {
+			t.Fatal("the deleted Network's backend network is still there")
+		}
+		if f.controller.Len() == 0 {
+			t.Error("the younger Network was not enqueued when the older one went")
+		}
+		f.sync(younger)
+		if _, ok := f.backend.Networks()[younger.UID]; !ok {
+			t.Fatal("the younger Network was not built once the older one went")
+		}
+		if ready := f.lastReady(younger); ready == nil || ready.Status != metav1.ConditionTrue {
+			t.Errorf("younger's Ready condition %+v, want True", ready)
+		}
+	})
+
+	t.Run("older one arrives after the younger one was built", func(t *testing.T) {
+		// Created in the same second: the smaller UID (older's) wins.
+		younger := readyNetwork(createdAt(network("younger", "10.0.1.0/24", "10.0.1.1"), 5))
+		older := createdAt(network("older", "10.0.0.0/16", "10.0.0.1"), 5)
+		f := newFixture(t, younger, older)
+		f.inBackend(younger)
+
+		// older wins, but waits: younger's network is still there.
+		f.sync(older)
+		if f.backend.Calls(backend.OperationEnsure) != 0 {
+			t.Fatal("the older Network was built while the younger one's network existed")
+		}
+		if f.controller.Len() == 0 {
+			t.Fatal("the younger Network was not enqueued to give its network up")
+		}
+		f.sync(younger)
+		if _, ok := f.backend.Networks()[younger.UID]; ok {
+			t.Fatal("the younger Network kept its backend network")
+		}
+		if ready := f.lastReady(younger); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap {
+			t.Fatalf("younger's Ready condition %+v, want Overlap", ready)
+		}
+		f.sync(older)
+		if _, ok := f.backend.Networks()[older.UID]; !ok {
+			t.Fatal("the older Network was not built once the younger one gave its network up")
+		}
+	})
+
+	t.Run("the resync finds a loser's network", func(t *testing.T) {
+		older := readyNetwork(createdAt(network("older", "10.0.0.0/16", "10.0.0.1"), 0))
+		younger := createdAt(network("younger", "10.0.1.0/24", "10.0.1.1"), 1)
+		f := newFixture(t, older, younger)
+		f.inBackend(older)
+		// A crash left younger's network without a status.
+		f.inBackend(younger)
+		f.controller.resync(context.Background())
+		if f.controller.Len() != 1 {
+			t.Fatalf("%d Networks requeued, want 1 (younger)", f.controller.Len())
+		}
+		f.sync(younger)
+		if _, ok := f.backend.Networks()[younger.UID]; ok {
+			t.Fatal("the loser's network found by the resync was not removed")
+		}
+	})
 }
 
 // Two syncs on the same stale cache, as a drift echo makes them, write the
@@ -432,7 +587,7 @@ func TestResync(t *testing.T) {
 		observed[uid] = o
 	}
 	for n, want := range map[*samplecrdv1.Network]bool{ok: true, missing: false, changed: false, invalid: true} {
-		if got := inSync(n, observed); got != want {
+		if got := f.controller.inSync(n, observed); got != want {
 			t.Errorf("inSync(%s) = %v, want %v", n.Name, got, want)
 		}
 	}
@@ -461,4 +616,29 @@ func TestDriftWatchRequeuesTheOwner(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// Options.AllowReservedPrefixes (--allow-reserved-prefixes) decides whether
+// a reserved range is built or reported Invalid.
+func TestSyncReservedPrefixes(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		n := network("n", "169.254.0.0/16", "169.254.0.1")
+		client := fake.NewSimpleClientset(n)
+		informer := informers.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
+		be := backendtest.New()
+		c, err := New(context.Background(), client, informer, be, record.NewFakeRecorder(100), metrics.New(),
+			Options{Workers: 1, Resync: time.Hour, AllowReservedPrefixes: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := informer.Informer().GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.sync(context.Background(), cache.MetaObjectToName(n)); err != nil {
+			t.Fatalf("allow=%v: sync: %v", allow, err)
+		}
+		if _, built := be.Networks()[n.UID]; built != allow {
+			t.Errorf("allow=%v: built %v", allow, built)
+		}
+	}
 }

@@ -4,6 +4,13 @@
 // rolling update), are re-patched when the template changes, and lose what
 // was injected when the annotation goes. Their pods then carry the
 // injection record, so the Pod webhook leaves them alone.
+//
+// It never touches Deployments in kube-system, in the operator's namespace,
+// or in a namespace labelled initializer.kubernetes.io/envoy=disabled: it
+// patches with netop's service account, so where it may write is decided
+// by the cluster's administrators (the namespace label), not by whoever may
+// annotate a Deployment. The template a Deployment gets obeys the template
+// policy of envoy.Finder.
 package workload
 
 import (
@@ -44,28 +51,43 @@ const (
 	ReasonInvalidTemplate = envoy.ReasonInvalidTemplate
 )
 
+// Options configure the controller.
+type Options struct {
+	// OperatorNamespace holds the default template; its Deployments are
+	// left alone.
+	OperatorNamespace string
+	// AllowPrivilegedTemplates lifts the template policy for every
+	// namespace (--allow-privileged-templates).
+	AllowPrivilegedTemplates bool
+	Workers                  int
+}
+
 // Controller initializes Deployments with the Envoy template.
 type Controller struct {
 	*runner.Controller
 	kube              kubernetes.Interface
 	deployments       appslisters.DeploymentLister
-	templates         corelisters.ConfigMapLister
+	namespaces        corelisters.NamespaceLister
+	finder            envoy.Finder
 	recorder          record.EventRecorder
 	operatorNamespace string
 }
 
-// New makes the controller; call it before the informers start.
-func New(ctx context.Context, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer, templates coreinformers.ConfigMapInformer,
-	recorder record.EventRecorder, m *metrics.Metrics, operatorNamespace string, workers int) (*Controller, error) {
+// New makes the controller; call it before the informers start. templates
+// needs to hold only the envoy-initializer ConfigMaps.
+func New(ctx context.Context, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer, namespaces coreinformers.NamespaceInformer,
+	templates coreinformers.ConfigMapInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
-		kube:              kube,
-		deployments:       deployments.Lister(),
-		templates:         templates.Lister(),
+		kube:        kube,
+		deployments: deployments.Lister(),
+		namespaces:  namespaces.Lister(),
+		finder: envoy.Finder{ConfigMaps: templates.Lister(), OperatorNamespace: o.OperatorNamespace,
+			AllowPrivileged: o.AllowPrivilegedTemplates},
 		recorder:          recorder,
-		operatorNamespace: operatorNamespace,
+		operatorNamespace: o.OperatorNamespace,
 	}
 	var err error
-	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: workers, Metrics: m}, c.sync); err != nil {
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
 		return nil, err
 	}
 	logger := klog.FromContext(ctx)
@@ -88,10 +110,50 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 	if err != nil {
 		return nil, fmt.Errorf("adding ConfigMap event handler: %w", err)
 	}
-	// Synced once both caches are full and the handlers have been handed
+	// A namespace that loses its opt-out label: its Deployments are looked
+	// at anew.
+	namespacesHandled, err := namespaces.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			oldNs, newNs := oldObj.(*corev1.Namespace), newObj.(*corev1.Namespace)
+			if optedOut(oldNs) && !optedOut(newNs) {
+				c.enqueueNamespace(newNs.Name)
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Namespace event handler: %w", err)
+	}
+	// Synced once the caches are full and the handlers have been handed
 	// their initial lists.
-	c.WaitFor(deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker())
+	c.WaitFor(deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker(), namespacesHandled.HasSyncedChecker())
 	return c, nil
+}
+
+// optedOut: the namespace is labelled initializer.kubernetes.io/envoy=disabled.
+func optedOut(ns *corev1.Namespace) bool {
+	return ns.Labels[envoy.NamespaceLabel] == envoy.NamespaceLabelDisabled
+}
+
+// excluded says why the initializer leaves the Deployments of namespace
+// alone, or returns "". kube-system and the operator's namespace hold what
+// the cluster and netop need to run; a namespace labelled
+// initializer.kubernetes.io/envoy=disabled was opted out by whoever may
+// label namespaces.
+func (c *Controller) excluded(namespace string) (string, error) {
+	if namespace == metav1.NamespaceSystem || namespace == c.operatorNamespace {
+		return "namespace " + namespace + " is never initialized", nil
+	}
+	ns, err := c.namespaces.Get(namespace)
+	if err != nil {
+		// Not in the cache yet: retried, never patched unseen. %v, not
+		// %w: the runner would take the namespace's NotFound for the
+		// Deployment's and not retry.
+		return "", fmt.Errorf("namespace %s: %v", namespace, err)
+	}
+	if optedOut(ns) {
+		return fmt.Sprintf("namespace %s is labelled %s=%s", namespace, envoy.NamespaceLabel, envoy.NamespaceLabelDisabled), nil
+	}
+	return "", nil
 }
 
 // relevant: asked for the sidecar, or carries one to take out.
@@ -101,10 +163,21 @@ func relevant(d *appsv1.Deployment) bool {
 
 func (c *Controller) enqueueDeployment(obj any) {
 	d, ok := obj.(*appsv1.Deployment)
-	if !ok || !relevant(d) {
+	if !ok || !relevant(d) || d.Namespace == metav1.NamespaceSystem || d.Namespace == c.operatorNamespace {
 		return
 	}
 	c.Enqueue(d)
+}
+
+// enqueueNamespace re-checks the Deployments of a namespace.
+func (c *Controller) enqueueNamespace(namespace string) {
+	ds, err := c.deployments.Deployments(namespace).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, d := range ds {
+		c.enqueueDeployment(d)
+	}
 }
 
 // enqueueForTemplate re-checks the Deployments a template serves: those in
@@ -117,11 +190,11 @@ func (c *Controller) enqueueForTemplate(obj any) {
 	if !ok || cm.Name != envoy.ConfigMapName {
 		return
 	}
-	lister := c.deployments.List
 	if cm.Namespace != c.operatorNamespace {
-		lister = c.deployments.Deployments(cm.Namespace).List
+		c.enqueueNamespace(cm.Namespace)
+		return
 	}
-	ds, err := lister(labels.Everything())
+	ds, err := c.deployments.List(labels.Everything())
 	if err != nil {
 		return
 	}
@@ -140,16 +213,23 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
+	logger := klog.FromContext(ctx).WithValues("deployment", klog.KObj(cached))
+	if why, err := c.excluded(cached.Namespace); err != nil || why != "" {
+		if why != "" {
+			logger.V(2).Info("Left alone", "reason", why)
+		}
+		return err
+	}
 	d := cached.DeepCopy()
-	logger := klog.FromContext(ctx).WithValues("deployment", klog.KObj(d))
 	injected := d.Spec.Template.Annotations[envoy.Injected]
 
 	var tmpl *envoy.Template
 	if d.Annotations[envoy.OptIn] == "true" {
 		var cm *corev1.ConfigMap
-		tmpl, cm, err = envoy.Find(c.templates, d.Namespace, c.operatorNamespace)
+		tmpl, cm, err = c.finder.Find(d.Namespace)
 		if err != nil {
-			// Not retried: a fixed template is a new event.
+			// A broken template, or one the template policy refuses: not
+			// retried, since a fixed or allowed template is a new event.
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
 			if cm != nil {
 				c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "Deployment %s/%s not initialized: %v", d.Namespace, d.Name, err)

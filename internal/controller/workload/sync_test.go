@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -34,20 +35,32 @@ type fixture struct {
 	controller *Controller
 }
 
-func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
+// newFixture caches the objects, and the namespaces of the Deployments
+// among them unless objects has Namespaces.
+func newFixture(t *testing.T, o Options, objects ...runtime.Object) *fixture {
 	t.Helper()
 	f := &fixture{client: fake.NewClientset(objects...), recorder: record.NewFakeRecorder(100)}
 	factory := kubeinformers.NewSharedInformerFactory(f.client, 0)
-	deployments, configMaps := factory.Apps().V1().Deployments(), factory.Core().V1().ConfigMaps()
+	deployments, namespaces, configMaps := factory.Apps().V1().Deployments(), factory.Core().V1().Namespaces(), factory.Core().V1().ConfigMaps()
+	o.OperatorNamespace, o.Workers = operatorNamespace, 1
 	var err error
-	f.controller, err = New(context.Background(), f.client, deployments, configMaps, f.recorder, metrics.New(), operatorNamespace, 1)
+	f.controller, err = New(context.Background(), f.client, deployments, namespaces, configMaps, f.recorder, metrics.New(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	hasNamespaces := slices.ContainsFunc(objects, func(obj runtime.Object) bool { _, ok := obj.(*corev1.Namespace); return ok })
 	for _, obj := range objects {
+		if d, ok := obj.(*appsv1.Deployment); ok && !hasNamespaces {
+			err = namespaces.Informer().GetIndexer().Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.Namespace}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		switch o := obj.(type) {
 		case *appsv1.Deployment:
 			err = deployments.Informer().GetIndexer().Add(o)
+		case *corev1.Namespace:
+			err = namespaces.Informer().GetIndexer().Add(o)
 		case *corev1.ConfigMap:
 			err = configMaps.Informer().GetIndexer().Add(o)
 		}
@@ -73,6 +86,32 @@ func template(namespace, config string) *corev1.ConfigMap {
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: envoy.ConfigMapName},
 		Data:       map[string]string{envoy.ConfigKey: config},
 	}
+}
+
+// privilegedSidecar is what the template policy refuses in a namespace's
+// template.
+const privilegedSidecar = `containers:
+  - name: envoy
+    image: envoy
+    securityContext:
+      privileged: true
+    volumeMounts:
+      - name: host
+        mountPath: /host
+volumes:
+  - name: host
+    hostPath:
+      path: /
+`
+
+func inNamespace(d *appsv1.Deployment, namespace string) *appsv1.Deployment {
+	d.Namespace = namespace
+	return d
+}
+
+func optedOutNamespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{envoy.NamespaceLabel: envoy.NamespaceLabelDisabled}}}
 }
 
 func deployment(optIn bool) *appsv1.Deployment {
@@ -132,10 +171,15 @@ func TestSync(t *testing.T) {
 		name    string
 		objects func(t *testing.T) []runtime.Object
 		reactor func(*fake.Clientset)
+		// namespace of the Deployment web; "" is ns.
+		namespace string
+		options   Options
 		// wantContainers is the pod template after the patch; nil: no patch.
 		wantContainers []string
 		wantEvents     []string
-		wantOutcome    string
+		// wantInEvents must be in every Event's message.
+		wantInEvents []string
+		wantOutcome  string
 	}{{
 		name:           "opted in, template in its namespace: injected",
 		objects:        func(*testing.T) []runtime.Object { return []runtime.Object{deployment(true), template("ns", sidecar)} },
@@ -204,6 +248,87 @@ func TestSync(t *testing.T) {
 		wantEvents:  []string{"Warning " + ReasonNameConflict},
 		wantOutcome: metrics.ResultSuccess,
 	}, {
+		name: "a namespace's template the policy refuses: Warnings naming the ConfigMap and the field, no patch",
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{deployment(true), template("ns", privilegedSidecar), template(operatorNamespace, sidecar)}
+		},
+		wantEvents:   []string{"Warning " + ReasonInvalidTemplate, "Warning " + ReasonInvalidTemplate},
+		wantInEvents: []string{`ConfigMap ns/envoy-initializer key "config": `, "containers[0].securityContext.privileged: true", `volumes[0].hostPath: "/"`},
+		wantOutcome:  metrics.ResultSuccess,
+	}, {
+		name: "a namespace's privileged template with --allow-privileged-templates: injected",
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{deployment(true), template("ns", privilegedSidecar)}
+		},
+		options:        Options{AllowPrivilegedTemplates: true},
+		wantContainers: []string{"app", "envoy"},
+		wantEvents:     []string{"Normal " + ReasonInjected},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "a namespace's privileged template that the operator's template allows: injected",
+		objects: func(*testing.T) []runtime.Object {
+			allowing := template(operatorNamespace, sidecar)
+			allowing.Annotations = map[string]string{envoy.PrivilegedNamespaces: "other,ns"}
+			return []runtime.Object{deployment(true), template("ns", privilegedSidecar), allowing}
+		},
+		wantContainers: []string{"app", "envoy"},
+		wantEvents:     []string{"Normal " + ReasonInjected},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "the operator's privileged template: injected",
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{deployment(true), template(operatorNamespace, privilegedSidecar)}
+		},
+		wantContainers: []string{"app", "envoy"},
+		wantEvents:     []string{"Normal " + ReasonInjected},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name:      "kube-system: left alone",
+		namespace: metav1.NamespaceSystem,
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{inNamespace(deployment(true), metav1.NamespaceSystem), template(metav1.NamespaceSystem, sidecar), template(operatorNamespace, sidecar)}
+		},
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name:      "the operator's namespace: left alone",
+		namespace: operatorNamespace,
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{inNamespace(deployment(true), operatorNamespace), template(operatorNamespace, sidecar)}
+		},
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name: "a namespace opted out: left alone",
+		objects: func(*testing.T) []runtime.Object {
+			return []runtime.Object{deployment(true), optedOutNamespace("ns"), template("ns", sidecar)}
+		},
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name: "a namespace opted out: an injected sidecar is not taken out either",
+		objects: func(t *testing.T) []runtime.Object {
+			cm := template("ns", sidecar)
+			d := injected(t, deployment(true), cm)
+			d.Annotations = nil
+			return []runtime.Object{d, optedOutNamespace("ns"), cm}
+		},
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name: "a namespace opted in by label is initialized",
+		objects: func(*testing.T) []runtime.Object {
+			ns := optedOutNamespace("ns")
+			ns.Labels[envoy.NamespaceLabel] = envoy.NamespaceLabelEnabled
+			return []runtime.Object{deployment(true), ns, template("ns", sidecar)}
+		},
+		wantContainers: []string{"app", "envoy"},
+		wantEvents:     []string{"Normal " + ReasonInjected},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "the namespace not cached yet: retried, not patched",
+		objects: func(*testing.T) []runtime.Object {
+			// A Namespace keeps newFixture from caching ns.
+			return []runtime.Object{deployment(true), optedOutNamespace("other"), template("ns", sidecar)}
+		},
+		wantOutcome: metrics.ResultError,
+	}, {
 		name:    "patch finds the Deployment gone: not retried",
 		objects: func(*testing.T) []runtime.Object { return []runtime.Object{deployment(true), template("ns", sidecar)} },
 		reactor: func(c *fake.Clientset) {
@@ -227,12 +352,12 @@ func TestSync(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			objects := tt.objects(t)
-			f := newFixture(t, objects...)
+			f := newFixture(t, tt.options, objects...)
 			if tt.reactor != nil {
 				tt.reactor(f.client)
 			}
 
-			name := cache.NewObjectName("ns", "web")
+			name := cache.NewObjectName(cmp.Or(tt.namespace, "ns"), "web")
 			err := f.controller.sync(context.Background(), name)
 
 			if got := runner.Outcome(err, name); got != tt.wantOutcome {
@@ -265,12 +390,35 @@ func TestSync(t *testing.T) {
 			}
 			var events []string
 			for len(f.recorder.Events) > 0 {
-				fields := strings.Fields(<-f.recorder.Events)
+				event := <-f.recorder.Events
+				fields := strings.Fields(event)
 				events = append(events, fields[0]+" "+fields[1])
+				for _, want := range tt.wantInEvents {
+					if !strings.Contains(event, want) {
+						t.Errorf("Event %q does not say %q", event, want)
+					}
+				}
 			}
 			if !slices.Equal(events, tt.wantEvents) {
 				t.Errorf("Events %q, want %q", events, tt.wantEvents)
 			}
 		})
+	}
+}
+
+// Deployments of kube-system and of the operator's namespace are not even
+// queued; a namespace that loses its opt-out label has its Deployments
+// queued again.
+func TestQueued(t *testing.T) {
+	f := newFixture(t, Options{}, deployment(true), optedOutNamespace("ns"))
+	for _, namespace := range []string{metav1.NamespaceSystem, operatorNamespace} {
+		f.controller.enqueueDeployment(inNamespace(deployment(true), namespace))
+	}
+	if n := f.controller.Len(); n != 0 {
+		t.Fatalf("%d queued, want none", n)
+	}
+	f.controller.enqueueNamespace("ns")
+	if n := f.controller.Len(); n != 1 {
+		t.Fatalf("%d queued, want ns/web", n)
 	}
 }

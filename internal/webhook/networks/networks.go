@@ -1,14 +1,15 @@
-// Package networks admits Networks: validation (a parsable cidr, a gateway
-// inside it, no overlap with any other Network in any namespace) and
-// defaulting (the gateway, the controller's finalizer), so that bad
-// Networks never reach the controller and a new one costs the controller a
-// single write, its status.
+// Package networks admits Networks: validation (a parsable cidr outside
+// the reserved ranges, a gateway inside it, no overlap with any other
+// Network in any namespace) and defaulting (the gateway, the controller's
+// finalizer), so that bad Networks never reach the controller and a new one
+// costs the controller a single write, its status.
 package networks
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -30,6 +31,9 @@ import (
 type Admission struct {
 	Networks samplecrdlisters.NetworkLister
 	Decoder  *webhook.Decoder
+	// Resolver says what a spec means; the controller uses the same
+	// policy (--allow-reserved-prefixes).
+	Resolver netspec.Resolver
 }
 
 func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
@@ -66,7 +70,7 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		}
 	}
-	resolved, errs := netspec.Resolve(n.Spec)
+	resolved, errs := a.Resolver.Resolve(n.Spec)
 	if len(errs) == 0 {
 		errs = a.overlaps(n, resolved)
 	}
@@ -88,21 +92,34 @@ func (a *Admission) overlaps(n *samplecrdv1.Network, resolved netspec.Resolved) 
 		if other.Namespace == n.Namespace && other.Name == n.Name || other.DeletionTimestamp != nil {
 			continue
 		}
-		theirs, errs := netspec.Resolve(other.Spec)
-		if len(errs) > 0 || !theirs.Prefix.Overlaps(resolved.Prefix) {
+		// Not resolved: a Network that today's rules refuse (a reserved
+		// range, a /32) may have been built before they did.
+		theirs, err := netip.ParsePrefix(other.Spec.CIDR)
+		if err != nil || !theirs.Overlaps(resolved.Prefix) {
 			continue
 		}
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR,
-			fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, theirs.Prefix))}
+			fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, theirs.Masked()))}
 	}
 	return nil
 }
 
+// warnings are about a spec that means something other than it says (host
+// bits set) or says it in a form other than the canonical one (IPv6 in
+// upper case or not compressed, worded as Kubernetes warns about its own
+// fields), since the spec is stored as written.
 func warnings(spec samplecrdv1.NetworkSpec, resolved netspec.Resolved) []string {
-	if resolved.Canonical {
-		return nil
+	var w []string
+	switch {
+	case !resolved.Canonical:
+		w = append(w, fmt.Sprintf("spec.cidr %q has host bits set: it means the network %s", spec.CIDR, resolved.Prefix))
+	case resolved.Prefix.Addr().Is6() && spec.CIDR != resolved.Prefix.String():
+		w = append(w, fmt.Sprintf("spec.cidr: IPv6 CIDR value %q should be in RFC 5952 canonical format (%q)", spec.CIDR, resolved.Prefix))
 	}
-	return []string{fmt.Sprintf("spec.cidr %q has host bits set: it means the network %s", spec.CIDR, resolved.Prefix)}
+	if spec.Gateway != "" && resolved.Gateway.Is6() && spec.Gateway != resolved.Gateway.String() {
+		w = append(w, fmt.Sprintf("spec.gateway: IPv6 address %q should be in RFC 5952 canonical format (%q)", spec.Gateway, resolved.Gateway))
+	}
+	return w
 }
 
 // Default fills in the gateway when it is missing and adds the
@@ -121,8 +138,8 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 		// moves and the gateway is still the old default, it moves too,
 		// or the user's `kubectl apply` of a new cidr alone would fail.
 		if old := a.decodeOld(req); old != nil && old.Spec.CIDR != n.Spec.CIDR {
-			if oldResolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: old.Spec.CIDR}); len(errs) == 0 && oldResolved.Gateway.String() == n.Spec.Gateway {
-				if resolved, errs := netspec.Resolve(samplecrdv1.NetworkSpec{CIDR: n.Spec.CIDR}); len(errs) == 0 {
+			if oldResolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: old.Spec.CIDR}); len(errs) == 0 && oldResolved.Gateway.String() == n.Spec.Gateway {
+				if resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: n.Spec.CIDR}); len(errs) == 0 {
 					ops = append(ops, jsonpatch.NewOperation("replace", "/spec/gateway", resolved.Gateway.String()))
 				}
 			}
@@ -130,7 +147,7 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 	}
 	if n.Spec.Gateway == "" {
 		// An invalid cidr is left for validation to report.
-		if resolved, errs := netspec.Resolve(n.Spec); len(errs) == 0 {
+		if resolved, errs := a.Resolver.Resolve(n.Spec); len(errs) == 0 {
 			ops = append(ops, jsonpatch.NewOperation("add", "/spec/gateway", resolved.Gateway.String()))
 		}
 	}

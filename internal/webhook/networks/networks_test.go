@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -142,5 +144,78 @@ func TestDefaultMovesADefaultedGatewayWithTheCIDR(t *testing.T) {
 	}
 	if got := update("10.1.0.0/16", "10.1.0.0/16", "10.1.0.1"); got != "" {
 		t.Errorf("unchanged cidr: patch %s, want none", got)
+	}
+}
+
+// Reserved ranges are refused naming their purpose, unless the operator
+// allows them; loopback and multicast stay refused even then.
+func TestValidateReservedPrefixes(t *testing.T) {
+	strict, allowing := admissionWith(t), admissionWith(t)
+	allowing.Resolver = netspec.Resolver{AllowReserved: true}
+	for _, tc := range []struct {
+		cidr, gateway   string
+		want            string
+		allowedWithFlag bool
+	}{
+		{cidr: "169.254.0.0/16", want: `spec.cidr: Invalid value: "169.254.0.0/16": is in 169.254.0.0/16, reserved for link-local addresses`, allowedWithFlag: true},
+		{cidr: "240.0.0.0/4", want: "reserved for future use", allowedWithFlag: true},
+		{cidr: "127.0.0.0/8", want: `spec.cidr: Invalid value: "127.0.0.0/8": is in 127.0.0.0/8, reserved for loopback (RFC 1122)`},
+		{cidr: "0.0.0.0/0", want: "contains 127.0.0.0/8, reserved for loopback"},
+		{cidr: "::/0", want: "contains ::1/128, reserved for loopback"},
+		{cidr: "ff00::/8", want: "reserved for multicast"},
+		{cidr: "10.0.0.4/31", want: "use a prefix of /30 or shorter"},
+	} {
+		n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway}}
+		if resp := strict.Validate(context.Background(), request(admissionv1.Create, n)); resp.Allowed || !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("Validate(%s): allowed=%v %v, want refused with %q", tc.cidr, resp.Allowed, resp.Result, tc.want)
+		}
+		if resp := allowing.Validate(context.Background(), request(admissionv1.Create, n)); resp.Allowed != tc.allowedWithFlag {
+			t.Errorf("AllowReserved: Validate(%s): allowed=%v %v, want %v", tc.cidr, resp.Allowed, resp.Result, tc.allowedWithFlag)
+		}
+		// Defaulting never fills in a gateway for a refused cidr: ::/0
+		// once got ::1.
+		if patch := string(strict.Default(context.Background(), request(admissionv1.Create, n)).Patch); strings.Contains(patch, "/spec/gateway") {
+			t.Errorf("Default(%s) patch %s sets a gateway", tc.cidr, patch)
+		}
+	}
+}
+
+// A Network admitted before a range was reserved still counts for overlaps:
+// its backend network may exist.
+func TestOverlapWithANetworkTodaysRulesRefuse(t *testing.T) {
+	old := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "old"}, Spec: samplecrdv1.NetworkSpec{CIDR: "169.254.0.0/16"}}
+	a := admissionWith(t, old)
+	a.Resolver = netspec.Resolver{AllowReserved: true}
+	n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "169.254.1.0/24"}}
+	if resp := a.Validate(context.Background(), request(admissionv1.Create, n)); resp.Allowed || !strings.Contains(resp.Result.Message, "overlaps Network other/old (169.254.0.0/16)") {
+		t.Errorf("allowed=%v %v, want refused as overlapping other/old", resp.Allowed, resp.Result)
+	}
+}
+
+// Non-canonical IPv6 gets the warning Kubernetes gives for its own fields;
+// host bits set get theirs, in either family.
+func TestWarnings(t *testing.T) {
+	a := admissionWith(t)
+	for _, tc := range []struct {
+		cidr, gateway string
+		want          []string
+	}{
+		{cidr: "192.168.0.0/16", gateway: "192.168.0.1"},
+		{cidr: "2001:db8::/64", gateway: "2001:db8::1"},
+		{cidr: "192.168.1.0/16", want: []string{`spec.cidr "192.168.1.0/16" has host bits set: it means the network 192.168.0.0/16`}},
+		{cidr: "2001:db8::1/64", want: []string{`spec.cidr "2001:db8::1/64" has host bits set: it means the network 2001:db8::/64`}},
+		{cidr: "2001:DB8::/64", want: []string{`spec.cidr: IPv6 CIDR value "2001:DB8::/64" should be in RFC 5952 canonical format ("2001:db8::/64")`}},
+		{cidr: "2001:db8:0:0::/64", want: []string{`spec.cidr: IPv6 CIDR value "2001:db8:0:0::/64" should be in RFC 5952 canonical format ("2001:db8::/64")`}},
+		{cidr: "fd00::/64", gateway: "FD00::1", want: []string{`spec.gateway: IPv6 address "FD00::1" should be in RFC 5952 canonical format ("fd00::1")`}},
+		{cidr: "FD00::/64", gateway: "fd00:0::1", want: []string{
+			`spec.cidr: IPv6 CIDR value "FD00::/64" should be in RFC 5952 canonical format ("fd00::/64")`,
+			`spec.gateway: IPv6 address "fd00:0::1" should be in RFC 5952 canonical format ("fd00::1")`,
+		}},
+	} {
+		n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway}}
+		resp := a.Validate(context.Background(), request(admissionv1.Create, n))
+		if !resp.Allowed || !slices.Equal(resp.Warnings, tc.want) {
+			t.Errorf("Validate(%q, %q): allowed=%v warnings %q, want %q", tc.cidr, tc.gateway, resp.Allowed, resp.Warnings, tc.want)
+		}
 	}
 }

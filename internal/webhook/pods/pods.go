@@ -9,6 +9,7 @@ package pods
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -31,7 +32,10 @@ type Injector struct {
 	// ConfigMaps needs to hold only the envoy-initializer ConfigMaps.
 	ConfigMaps        corelisters.ConfigMapLister
 	OperatorNamespace string
-	Recorder          record.EventRecorder
+	// AllowPrivilegedTemplates lifts the template policy for every
+	// namespace (--allow-privileged-templates; see envoy.Finder).
+	AllowPrivilegedTemplates bool
+	Recorder                 record.EventRecorder
 	// NamespaceOptIn is set on the handler behind the webhook that the API
 	// server calls only for pods of labelled namespaces: those pods are
 	// opted in unless annotated "false". Deciding by the API server's
@@ -70,10 +74,19 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if pod.Spec.HostNetwork {
 		return skip(pod, "hostNetwork pods share the node's network; no sidecar")
 	}
-	tmpl, cm, err := envoy.Find(i.ConfigMaps, pod.Namespace, i.OperatorNamespace)
+	finder := envoy.Finder{ConfigMaps: i.ConfigMaps, OperatorNamespace: i.OperatorNamespace, AllowPrivileged: i.AllowPrivilegedTemplates}
+	tmpl, cm, err := finder.Find(pod.Namespace)
 	if err != nil {
 		if cm != nil {
 			i.Recorder.Eventf(cm, corev1.EventTypeWarning, envoy.ReasonInvalidTemplate, "Pod %s/%s not injected: %v", pod.Namespace, podName(pod), err)
+		}
+		if policy := (*envoy.PolicyError)(nil); errors.As(err, &policy) {
+			// Well-formed, but the template policy does not let this
+			// namespace's template be used: the pod is admitted without the
+			// sidecar; the annotation, the warning and the Event on the
+			// ConfigMap name the refused fields.
+			logger.Info("Pod not injected: the template policy refuses the namespace's template", "err", err)
+			return skip(pod, err.Error())
 		}
 		logger.Info("Rejected pod: broken envoy template", "err", err)
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,

@@ -166,7 +166,7 @@ volumes:
 			req := review(tc.pod)
 			got := admitAndApply(t, tc.injector, req)
 
-			tmpl, _, err := envoy.Find(tc.injector.ConfigMaps, "ns", "")
+			tmpl, _, err := envoy.Finder{ConfigMaps: tc.injector.ConfigMaps}.Find("ns")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,5 +282,55 @@ func TestRefusesOtherKinds(t *testing.T) {
 		Operation: admissionv1.Create, Namespace: "ns", Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps/v1","kind":"Deployment"}`)}}
 	if resp := i.Admit(context.Background(), req); resp.Allowed || resp.Result.Code != 400 || !strings.Contains(resp.Result.Message, "apps/v1, Kind=Deployment") {
 		t.Errorf("a Deployment: %+v", resp.Result)
+	}
+}
+
+// A namespace's template that the template policy refuses: the pod is
+// admitted without the sidecar, its skip annotation and warning name the
+// ConfigMap and the field, and a Warning Event goes to the ConfigMap; with
+// --allow-privileged-templates the same template is injected.
+func TestPrivilegedNamespaceTemplateIsSkipped(t *testing.T) {
+	i := injectorWith(t, "containers:\n- name: envoy\n  image: envoy\n  securityContext: {privileged: true}\n")
+	i.OperatorNamespace = "netop-system"
+	pod := bigPod(1)
+	resp := i.Admit(context.Background(), review(pod))
+	if !resp.Allowed {
+		t.Fatalf("refused: %+v", resp.Result)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(pod)
+	patched, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := json.Unmarshal(patched, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Containers) != len(pod.Spec.Containers) {
+		t.Errorf("containers %d, want the pod's %d", len(got.Spec.Containers), len(pod.Spec.Containers))
+	}
+	const want = `ConfigMap ns/envoy-initializer key "config": containers[0].securityContext.privileged: true`
+	if reason := got.Annotations[envoy.Skipped]; !strings.Contains(reason, want) {
+		t.Errorf("skip annotation %q, want it to say %q", reason, want)
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], want) {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+	select {
+	case e := <-i.Recorder.(*record.FakeRecorder).Events:
+		if !strings.HasPrefix(e, "Warning "+envoy.ReasonInvalidTemplate) || !strings.Contains(e, want) {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Error("no Event")
+	}
+
+	i.AllowPrivilegedTemplates = true
+	if got := admitAndApply(t, i, review(pod)); got.Spec.Containers[len(got.Spec.Containers)-1].Name != "envoy" {
+		t.Errorf("--allow-privileged-templates: not injected: %v", got.Spec.Containers)
 	}
 }

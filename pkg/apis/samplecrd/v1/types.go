@@ -40,11 +40,19 @@ type NetworkSpec struct {
 	// cidr is the address range of the network in CIDR notation, IPv4 or
 	// IPv6, for example "192.168.0.0/16". A value with host bits set, such
 	// as "192.168.1.0/16", means the network that contains it
-	// ("192.168.0.0/16"); status.cidr shows that canonical form.
+	// ("192.168.0.0/16"); status.cidr shows that canonical form. It must
+	// not be a /0 nor be in or contain a loopback or multicast range; netop
+	// refuses other special-purpose ranges too (link-local, 0.0.0.0/8,
+	// 240.0.0.0/4, ...) unless started with --allow-reserved-prefixes, and
+	// prefixes longer than /30 (IPv6: /126), which leave no room for a
+	// gateway and a host.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=49
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be an IP prefix in CIDR notation, such as 192.168.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() != 0",message="must not be a /0 prefix: it contains every address, loopback and multicast among them"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() == 0 || !(cidr(self).containsCIDR('127.0.0.0/8') || cidr('127.0.0.0/8').containsCIDR(self) || cidr(self).containsIP('::1'))",message="must not be in or contain a loopback range (127.0.0.0/8, ::1/128)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() == 0 || !(cidr(self).containsCIDR('224.0.0.0/4') || cidr('224.0.0.0/4').containsCIDR(self) || cidr(self).containsCIDR('ff00::/8') || cidr('ff00::/8').containsCIDR(self))",message="must not be in or contain a multicast range (224.0.0.0/4, ff00::/8)"
 	CIDR string `json:"cidr"`
 
 	// gateway is the gateway address of the network, an address of the
@@ -132,6 +140,9 @@ const (
 	ReasonInvalid = "Invalid"
 	// ReasonDeleting: the Network is being deleted and its backend network removed.
 	ReasonDeleting = "Deleting"
+	// ReasonOverlap: the cidr overlaps an older Network, which is the one
+	// built; this one has no backend network until that one goes or moves.
+	ReasonOverlap = "Overlap"
 )
 
 // Finalizer keeps a Network until netop has removed its backend network.

@@ -26,7 +26,12 @@ type NetworkSpecApplyConfiguration struct {
 	// cidr is the address range of the network in CIDR notation, IPv4 or
 	// IPv6, for example "192.168.0.0/16". A value with host bits set, such
 	// as "192.168.1.0/16", means the network that contains it
-	// ("192.168.0.0/16"); status.cidr shows that canonical form.
+	// ("192.168.0.0/16"); status.cidr shows that canonical form. It must
+	// not be a /0 nor be in or contain a loopback or multicast range; netop
+	// refuses other special-purpose ranges too (link-local, 0.0.0.0/8,
+	// 240.0.0.0/4, ...) unless started with --allow-reserved-prefixes, and
+	// prefixes longer than /30 (IPv6: /126), which leave no room for a
+	// gateway and a host.
 	CIDR *string `json:"cidr,omitempty"`
 	// gateway is the gateway address of the network, an address of the
 	// same family inside cidr, for example "192.168.0.1". On a Linux bridge

@@ -1,0 +1,282 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/backend/backendtest"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/ssa"
+	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/webhook"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// The service account of the manifests, and its namespace.
+const (
+	operatorNamespace = "netop-system"
+	serviceAccount    = "system:serviceaccount:" + operatorNamespace + ":netop"
+)
+
+var serviceAccountGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"}
+
+var (
+	applyOnce sync.Once
+	applyErr  error
+)
+
+// applyManifests applies every object of `netop manifests`, in its order,
+// as `kubectl apply --server-side` does, once per test binary.
+func applyManifests(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	applyOnce.Do(func() { applyErr = apply(context.Background(), env) })
+	if applyErr != nil {
+		t.Fatalf("applying `netop manifests`: %v", applyErr)
+	}
+}
+
+func apply(ctx context.Context, env *testenv.Env) error {
+	groups, err := restmapper.GetAPIGroupResources(env.Kube.Discovery())
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	for doc := range bytes.SplitSeq(config.All(), []byte("---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return err
+		}
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
+			metav1.ApplyOptions{FieldManager: "kubectl", Force: true})
+		if err != nil {
+			// In order: a Role before its namespace fails here.
+			return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// asServiceAccount is env's configuration impersonating netop's service
+// account.
+func asServiceAccount(env *testenv.Env) *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount, Groups: serviceAccountGroups}
+	return cfg
+}
+
+// Issue 12: "the ClusterRole reads, creates and updates Secrets in every
+// namespace, rewrites any admission webhook configuration and patches any
+// Deployment." What netop's service account may do, as the API server's
+// authorizer answers.
+func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	const (
+		vwc = "validatingwebhookconfigurations"
+		mwc = "mutatingwebhookconfigurations"
+		reg = "admissionregistration.k8s.io"
+	)
+	for _, tc := range []struct {
+		allowed                                bool
+		verb, group, resource, namespace, name string
+	}{
+		// The serving certificate, in netop's namespace only.
+		{true, "get", "", "secrets", operatorNamespace, "netop-webhook-cert"},
+		{true, "update", "", "secrets", operatorNamespace, "netop-webhook-cert"},
+		{true, "create", "", "secrets", operatorNamespace, ""},
+		{false, "get", "", "secrets", operatorNamespace, "another"},
+		{false, "list", "", "secrets", operatorNamespace, ""},
+		{false, "get", "", "secrets", "default", "netop-webhook-cert"},
+		{false, "create", "", "secrets", "default", ""},
+		{false, "list", "", "secrets", "", ""},
+		// Its own webhook configurations, by name.
+		{true, "get", reg, vwc, "", "netop"},
+		{true, "create", reg, vwc, "", "netop"}, // a server-side apply creating it
+		{true, "patch", reg, vwc, "", "netop"},
+		{true, "delete", reg, mwc, "", "netop"},
+		{false, "patch", reg, vwc, "", "another"},
+		{false, "patch", reg, mwc, "", "another"},
+		{false, "delete", reg, vwc, "", "another"},
+		{false, "create", reg, mwc, "", ""},
+		{false, "list", reg, vwc, "", ""},
+		// Envoy templates by name, in any namespace.
+		{true, "get", "", "configmaps", "default", "envoy-initializer"},
+		{true, "list", "", "configmaps", "", "envoy-initializer"}, // the informer's metadata.name field selector
+		{false, "get", "", "configmaps", "default", "another"},
+		{false, "list", "", "configmaps", "", ""},
+		// Deployments: patched where the initializer decides, so still
+		// cluster-wide.
+		{true, "patch", "apps", "deployments", "default", "web"},
+		{true, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
+		{false, "delete", "samplecrd.k8s.io", "networks", "default", "n"},
+	} {
+		sar, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: serviceAccount, Groups: serviceAccountGroups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: tc.verb, Group: tc.group, Resource: tc.resource, Namespace: tc.namespace, Name: tc.name,
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s %q in namespace %q: allowed = %v, want %v (%s)", tc.verb, tc.resource, tc.name, tc.namespace,
+				sar.Status.Allowed, tc.allowed, sar.Status.Reason)
+		}
+	}
+}
+
+// webhooksRegistered reports whether both of netop's webhook
+// configurations exist.
+func webhooksRegistered(ctx context.Context, env *testenv.Env) (bool, string) {
+	_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+	_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+	return verr == nil && merr == nil, fmt.Sprintf("validating: %v, mutating: %v", verr, merr)
+}
+
+// The operator runs with the manifests' RBAC and nothing else: its
+// webhooks are registered and answer, with the serving certificate in a
+// Secret, and Networks become Ready. Then issue 12's "`--webhook-addr 0`
+// leaves the webhook configurations registered, pointing at nothing: every
+// Network create [...] is then refused": netop started with webhooks off
+// removes them.
+func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ns := env.Namespace(t)
+	nets := env.Netop.SamplecrdV1().Networks(ns)
+	newNetwork := func(name, cidr, gateway string) *samplecrdv1.Network {
+		return &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway}}
+	}
+	cfg := asServiceAccount(env)
+	// The operator's own client, impersonating: a request it is not
+	// allowed would fail the test through the operator's errors.
+	if _, err := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("").List(t.Context(), metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("impersonating %s: %v", serviceAccount, err)
+	}
+
+	opts := operator.NewOptions()
+	opts.MetricsAddr = "0"
+	opts.WebhookAddr = "127.0.0.1:0"
+	opts.WebhookLocal = true
+	opts.OperatorNamespace = operatorNamespace // the certificate in a Secret there
+	_, stop := testenv.StartOperator(t, cfg, opts, backendtest.New())
+
+	// Registered and answering: a Network only the webhook refuses (the
+	// gateway is the network address).
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := nets.Create(ctx, newNetwork("probe", "10.120.0.0/24", "10.120.0.0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "admission webhook"), fmt.Sprintf("dry-run create: %v", err)
+	})
+	if _, err := env.Kube.CoreV1().Secrets(operatorNamespace).Get(t.Context(), "netop-webhook-cert", metav1.GetOptions{}); err != nil {
+		t.Errorf("the serving certificate's Secret: %v", err)
+	}
+	if _, err := nets.Create(t.Context(), newNetwork("first", "10.121.0.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+
+	// A stop leaves them registered (rolling updates), pointing at nothing
+	// now: the validating webhook fails closed.
+	stop()
+	if ok, msg := webhooksRegistered(t.Context(), env); !ok {
+		t.Fatalf("a stop with webhooks on removed the configurations: %s", msg)
+	}
+	if _, err := nets.Create(t.Context(), newNetwork("refused", "10.122.0.0/24", ""), metav1.CreateOptions{}); err == nil {
+		t.Fatal("a Network was admitted with the webhook configurations pointing at a stopped server")
+	}
+
+	off := operator.NewOptions()
+	off.MetricsAddr = "0"
+	off.WebhookAddr = "0"
+	off.OperatorNamespace = operatorNamespace
+	testenv.StartOperator(t, cfg, off, backendtest.New())
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+		_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+		return apierrors.IsNotFound(verr) && apierrors.IsNotFound(merr), fmt.Sprintf("validating: %v, mutating: %v", verr, merr)
+	})
+	if _, err := nets.Create(t.Context(), newNetwork("admitted", "10.122.0.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("with the webhooks off: %v", err)
+	}
+	env.WaitReady(t, ns, "admitted", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+}
+
+// Only what netop registered is removed: a configuration of the same name
+// that someone else made stays.
+func TestUnregisterLeavesForeignConfigurations(t *testing.T) {
+	env := testenv.Get(t)
+	admissionregistration := env.Kube.AdmissionregistrationV1()
+	const name = "netop-foreign-test"
+	// Webhooks for a resource that does not exist: never called.
+	nothing := webhook.Webhook{
+		Name: "nothing.example.com", Path: "/nothing",
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"nothings"}},
+		}},
+	}
+	mutatingNothing := nothing
+	mutatingNothing.Mutating = true
+	set := webhook.Set{Name: name, Webhooks: []webhook.Webhook{nothing, mutatingNothing}}
+	validating, mutating := set.Configurations(webhook.Target{URL: "https://127.0.0.1:1"}, nil)
+	// Someone else's validating configuration, and netop's mutating one.
+	if _, err := admissionregistration.ValidatingWebhookConfigurations().Create(t.Context(), validating, metav1.CreateOptions{FieldManager: "someone-else"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admissionregistration.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := admissionregistration.MutatingWebhookConfigurations().Create(t.Context(), mutating, metav1.CreateOptions{FieldManager: ssa.FieldManager}); err != nil {
+		t.Fatal(err)
+	}
+
+	removed, kept, err := webhook.Unregister(t.Context(), env.Kube, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(removed, ",") != "MutatingWebhookConfiguration "+name || strings.Join(kept, ",") != "ValidatingWebhookConfiguration "+name {
+		t.Errorf("removed %q, kept %q", removed, kept)
+	}
+	if _, err := admissionregistration.ValidatingWebhookConfigurations().Get(t.Context(), name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the foreign configuration: %v", err)
+	}
+	if _, err := admissionregistration.MutatingWebhookConfigurations().Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("netop's configuration: %v", err)
+	}
+	// Nothing left of netop's: no error, nothing removed.
+	if removed, _, err := webhook.Unregister(t.Context(), env.Kube, name); err != nil || len(removed) > 0 {
+		t.Errorf("again: removed %q, %v", removed, err)
+	}
+}
