@@ -217,8 +217,14 @@ func TestNeutronTutorialWalkthrough(t *testing.T) {
 // and an owned network no Network claims is swept.
 func TestNeutronDriftAndOrphans(t *testing.T) {
 	h := newHarness(t, nil, 300*time.Millisecond)
+	// Recorded with this cluster's identity (the UID of kube-system): only
+	// then is an orphan this netop's to sweep.
+	kubeSystem, err := h.env.Kube.CoreV1().Namespaces().Get(context.Background(), metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	orphan, err := h.backend.Ensure(context.Background(), backend.Network{
-		Owner: backend.Owner{Namespace: h.ns, Name: "never-existed", UID: types.UID("0badc0de-0000-4000-8000-" + randomHex(6))},
+		Owner: backend.Owner{Cluster: string(kubeSystem.UID), Namespace: h.ns, Name: "never-existed", UID: types.UID("0badc0de-0000-4000-8000-" + randomHex(6))},
 		CIDR:  mustPrefix("10.99.0.0/24"), Gateway: mustAddr("10.99.0.1"),
 	}, nil)
 	if err != nil {
@@ -360,10 +366,10 @@ func TestNeutronNameCollision(t *testing.T) {
 	h.opts.Namespace = ""
 	h.start()
 	var ids []string
-	for _, nn := range [][2]string{{nsA, "z"}, {nsB, "y-z"}} {
+	for i, nn := range [][2]string{{nsA, "z"}, {nsB, "y-z"}} {
 		if _, err := h.env.Netop.SamplecrdV1().Networks(nn[0]).Create(t.Context(), &samplecrdv1.Network{
 			ObjectMeta: metav1.ObjectMeta{Name: nn[1]},
-			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.95.0.0/24"},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.95.%d.0/24", i)},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
