@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/gophercloud/gophercloud/v2"
+
+	"github.com/netop-dev/netop/internal/backend"
 )
 
 // APIError is a request that Neutron answered with an error status. Its
@@ -38,6 +40,14 @@ func (e *APIError) Error() string {
 }
 
 func (e *APIError) Unwrap() error { return e.err }
+
+// Is makes a 400 Bad Request match backend.ErrInvalid: Neutron refuses the
+// request as written (an invalid cidr, a gateway it will not take), and
+// sending it again cannot help. Conflicts, quota and server errors stay
+// retryable.
+func (e *APIError) Is(target error) bool {
+	return target == backend.ErrInvalid && e.StatusCode == http.StatusBadRequest
+}
 
 // maxBodyInMessage bounds how much of a body that is not a NeutronError
 // (a proxy's HTML page, say) goes into an error message.
