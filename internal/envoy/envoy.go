@@ -201,6 +201,44 @@ func (t *Template) Clash(spec *corev1.PodSpec) string {
 	return ""
 }
 
+// HostNetworkSkip is why a pod or workload on the node's network gets no
+// sidecar: the sidecar's ports would be the node's, and would collide with
+// the node's and the application's (a Deployment's new pods could then
+// never be created).
+const HostNetworkSkip = "hostNetwork pods share the node's network; no sidecar"
+
+// PortClash names a port that a container of the template and a container
+// of spec both use, or returns "". The containers of a pod share one
+// network namespace, so two containers on one port cannot both bind it; a
+// host port used twice is refused by the API server.
+func (t *Template) PortClash(spec *corev1.PodSpec) string {
+	for _, tc := range t.Containers {
+		for _, tp := range tc.Ports {
+			for _, pc := range spec.Containers {
+				for _, pp := range pc.Ports {
+					if protocol(tp) != protocol(pp) {
+						continue
+					}
+					if tp.ContainerPort == pp.ContainerPort {
+						return fmt.Sprintf("port %d/%s of container %q from %s is also the port of the pod's container %q; no sidecar", tp.ContainerPort, protocol(tp), tc.Name, t.Source, pc.Name)
+					}
+					if tp.HostPort != 0 && tp.HostPort == pp.HostPort {
+						return fmt.Sprintf("host port %d/%s of container %q from %s is also a host port of the pod's container %q; no sidecar", tp.HostPort, protocol(tp), tc.Name, t.Source, pc.Name)
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func protocol(p corev1.ContainerPort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
 // Patch is the strategic merge patch that injects the template into the
 // pod template found at path (none for a Pod; "spec", "template" for a
 // workload) whose spec is into, recording what was injected in the

@@ -239,3 +239,25 @@ func TestBrokenTemplateIsNoPolicyError(t *testing.T) {
 		t.Fatalf("Find: %v, want the parse error", err)
 	}
 }
+
+// Ports shared in the pod's one network namespace clash; so does a host
+// port used twice; other protocols and other ports do not.
+func TestPortClash(t *testing.T) {
+	tmpl := &Template{Source: "ns/envoy-initializer", Containers: []corev1.Container{{Name: "envoy",
+		Ports: []corev1.ContainerPort{{ContainerPort: 15001}, {ContainerPort: 9901, HostPort: 9901}}}}}
+	for _, tc := range []struct {
+		ports []corev1.ContainerPort
+		want  string
+	}{
+		{nil, ""},
+		{[]corev1.ContainerPort{{ContainerPort: 8080}}, ""},
+		{[]corev1.ContainerPort{{ContainerPort: 15001, Protocol: corev1.ProtocolUDP}}, ""},
+		{[]corev1.ContainerPort{{ContainerPort: 15001, Protocol: corev1.ProtocolTCP}}, `port 15001/TCP of container "envoy" from ns/envoy-initializer is also the port of the pod's container "app"`},
+		{[]corev1.ContainerPort{{ContainerPort: 8443, HostPort: 9901}}, `host port 9901/TCP of container "envoy"`},
+	} {
+		got := tmpl.PortClash(&corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Ports: tc.ports}}})
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("ports %v: %q, want %q", tc.ports, got, tc.want)
+		}
+	}
+}

@@ -487,3 +487,56 @@ func TestTemplatePolicyWorkloadInitializerSkipsNamespaces(t *testing.T) {
 		t.Errorf("a pod of the opted-out namespace: containers %v, annotations %v; want the webhook never called", names(pod), pod.Annotations)
 	}
 }
+
+// Issue 13's broken rollout: a hostNetwork Deployment whose app uses host
+// port 80, with the example template (whose sidecar listens on 80). The
+// initializer skips it with a Warning saying why, instead of injecting a
+// sidecar that would leave the ReplicaSet unable to create any pod; its
+// pod is created, without the sidecar.
+func TestHostNetworkDeploymentIsSkipped(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createTemplate(t, env, ns)
+	d := annotatedDeployment("on-the-host", 1, corev1.Container{Name: "app", Image: "nginx",
+		Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}})
+	d.Spec.Template.Spec.HostNetwork = true
+	if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=on-the-host"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == "SidecarInjected" {
+				t.Fatalf("Event %s: %s", e.Reason, e.Message)
+			}
+			if e.Reason == "SidecarSkipped" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "hostNetwork") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, no SidecarSkipped", len(events.Items))
+	})
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=on-the-host"})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(pods.Items) != 1 {
+			return false, fmt.Sprintf("%d pods", len(pods.Items))
+		}
+		if got := names(&pods.Items[0]); len(got) != 1 {
+			t.Fatalf("pod containers %v, want the app alone", got)
+		}
+		return true, ""
+	})
+	got, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "on-the-host", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := got.Spec.Template.Spec.Containers; len(cs) != 1 {
+		t.Fatalf("the Deployment was patched: %d containers", len(cs))
+	}
+}

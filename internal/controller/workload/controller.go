@@ -44,10 +44,13 @@ const Name = "workload"
 
 // Reasons of the Events on Deployments and templates.
 const (
-	ReasonInjected        = "SidecarInjected"
-	ReasonUpdated         = "SidecarUpdated"
-	ReasonRemoved         = "SidecarRemoved"
-	ReasonNameConflict    = "NameConflict"
+	ReasonInjected     = "SidecarInjected"
+	ReasonUpdated      = "SidecarUpdated"
+	ReasonRemoved      = "SidecarRemoved"
+	ReasonNameConflict = "NameConflict"
+	// ReasonSkipped: opted in, but the sidecar cannot work in this pod
+	// template (hostNetwork, a port both would use); the message says why.
+	ReasonSkipped         = "SidecarSkipped"
 	ReasonInvalidTemplate = envoy.ReasonInvalidTemplate
 )
 
@@ -236,7 +239,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			}
 			return nil
 		}
-		if tmpl == nil || tmpl.Hash == injected {
+		// A hostNetwork template with a sidecar (injected before it became
+		// one) goes on, to have the sidecar taken out.
+		if tmpl == nil || tmpl.Hash == injected && !d.Spec.Template.Spec.HostNetwork {
 			return nil
 		}
 	} else if injected == "" {
@@ -267,6 +272,26 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			// or volume, and removing the sidecar later would delete it.
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNameConflict, "Envoy sidecar not injected: %s", clash)
 			return nil
+		}
+		// The same skips as for pods: a sidecar here would leave the
+		// Deployment unable to create pods, or one container unable to bind.
+		skip := tmpl.PortClash(&stripped.Spec.Template.Spec)
+		if stripped.Spec.Template.Spec.HostNetwork {
+			skip = envoy.HostNetworkSkip
+		}
+		if skip != "" {
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonSkipped, "Envoy sidecar not injected: %s", skip)
+			logger.Info("Envoy sidecar not injected", "reason", skip)
+			if injected == "" {
+				return nil
+			}
+			tmpl = nil // take out what an earlier injection added
+		}
+	}
+	if tmpl != nil {
+		stripped := &appsv1.Deployment{}
+		if err := json.Unmarshal(modified, stripped); err != nil {
+			return err
 		}
 		add, err := tmpl.Patch(&stripped.Spec.Template.Spec, "spec", "template")
 		if err != nil {

@@ -248,6 +248,37 @@ func TestSync(t *testing.T) {
 		wantEvents:  []string{"Warning " + ReasonNameConflict},
 		wantOutcome: metrics.ResultSuccess,
 	}, {
+		name: "hostNetwork: skipped with a Warning, no patch (the sidecar's ports would be the node's)",
+		objects: func(*testing.T) []runtime.Object {
+			d := deployment(true)
+			d.Spec.Template.Spec.HostNetwork = true
+			return []runtime.Object{d, template("ns", sidecar)}
+		},
+		wantEvents:   []string{"Warning " + ReasonSkipped},
+		wantInEvents: []string{"hostNetwork"},
+		wantOutcome:  metrics.ResultSuccess,
+	}, {
+		name: "became hostNetwork after the injection: the sidecar is taken out",
+		objects: func(t *testing.T) []runtime.Object {
+			cm := template("ns", sidecar)
+			d := injected(t, deployment(true), cm)
+			d.Spec.Template.Spec.HostNetwork = true
+			return []runtime.Object{d, cm}
+		},
+		wantContainers: []string{"app"},
+		wantEvents:     []string{"Warning " + ReasonSkipped, "Normal " + ReasonRemoved},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "the sidecar's port is the application's: skipped with a Warning naming both containers and the port",
+		objects: func(*testing.T) []runtime.Object {
+			d := deployment(true)
+			d.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}}
+			return []runtime.Object{d, template("ns", strings.Replace(sidecar, "    image: lyft", "    ports: [{containerPort: 80}]\n    image: lyft", 1))}
+		},
+		wantEvents:   []string{"Warning " + ReasonSkipped},
+		wantInEvents: []string{`port 80/TCP of container "envoy"`, `the pod's container "app"`},
+		wantOutcome:  metrics.ResultSuccess,
+	}, {
 		name: "a namespace's template the policy refuses: Warnings naming the ConfigMap and the field, no patch",
 		objects: func(*testing.T) []runtime.Object {
 			return []runtime.Object{deployment(true), template("ns", privilegedSidecar), template(operatorNamespace, sidecar)}

@@ -72,7 +72,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 	if pod.Spec.HostNetwork {
-		return skip(pod, "hostNetwork pods share the node's network; no sidecar")
+		return skip(pod, envoy.HostNetworkSkip)
 	}
 	finder := envoy.Finder{ConfigMaps: i.ConfigMaps, OperatorNamespace: i.OperatorNamespace, AllowPrivileged: i.AllowPrivilegedTemplates}
 	tmpl, cm, err := finder.Find(pod.Namespace)
@@ -104,13 +104,20 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		// A merge by name would rewrite the pod's own volume.
 		return webhook.Denied(http.StatusConflict, metav1.StatusReasonConflict, "envoy sidecar requested but "+clash)
 	}
+	if clash := tmpl.PortClash(&pod.Spec); clash != "" {
+		// One of the two containers could never bind its port: the pod
+		// runs as its owner wrote it, and says why it has no sidecar.
+		logger.Info("Pod not injected: port clash", "reason", clash)
+		return skip(pod, clash)
+	}
 	resp := inject(pod, tmpl)
 	logger.V(1).Info("Injected envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	return resp
 }
 
 // decodePod decodes the part of a Pod that the injector reads: names,
-// annotations, hostNetwork, and the names of containers and volumes.
+// annotations, hostNetwork, the names and ports of containers and the
+// names of volumes.
 // Everything else in the Pod it returns is zero: code that reads more of
 // the pod must decode more here. Not decoding the rest (env, probes,
 // managedFields) is most of the speed of admitting a big pod, which is why
@@ -120,6 +127,10 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 	type named struct {
 		Name string `json:"name"`
 	}
+	type container struct {
+		Name  string                 `json:"name"`
+		Ports []corev1.ContainerPort `json:"ports"`
+	}
 	var view struct {
 		Metadata struct {
 			Name         string            `json:"name"`
@@ -128,9 +139,9 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 			Annotations  map[string]string `json:"annotations"`
 		} `json:"metadata"`
 		Spec struct {
-			HostNetwork bool    `json:"hostNetwork"`
-			Containers  []named `json:"containers"`
-			Volumes     []named `json:"volumes"`
+			HostNetwork bool        `json:"hostNetwork"`
+			Containers  []container `json:"containers"`
+			Volumes     []named     `json:"volumes"`
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(raw, &view); err != nil {
@@ -146,7 +157,7 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 		Spec: corev1.PodSpec{HostNetwork: view.Spec.HostNetwork},
 	}
 	for _, c := range view.Spec.Containers {
-		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name})
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
 	}
 	for _, v := range view.Spec.Volumes {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name})

@@ -334,3 +334,29 @@ func TestPrivilegedNamespaceTemplateIsSkipped(t *testing.T) {
 		t.Errorf("--allow-privileged-templates: not injected: %v", got.Spec.Containers)
 	}
 }
+
+// A sidecar whose port the application already uses is not injected: one of
+// the two containers could never bind it. The pod is admitted as written
+// and says why, naming both containers and the port.
+func TestPortClashIsSkipped(t *testing.T) {
+	i := injectorWith(t, "containers:\n- name: envoy\n  image: envoy\n  ports: [{containerPort: 80}]\n")
+	for _, tc := range []struct {
+		ports []corev1.ContainerPort
+		skip  string
+	}{
+		{[]corev1.ContainerPort{{ContainerPort: 80}}, `port 80/TCP of container "envoy" from ns/envoy-initializer is also the port of the pod's container "app"; no sidecar`},
+		{[]corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolUDP}}, ""},
+		{[]corev1.ContainerPort{{ContainerPort: 8080}}, ""},
+	} {
+		pod := bigPod(1)
+		pod.Spec.Containers[0].Name = "app"
+		pod.Spec.Containers[0].Ports = tc.ports
+		got := admitAndApply(t, i, review(pod))
+		if reason := got.Annotations[envoy.Skipped]; reason != tc.skip {
+			t.Errorf("ports %v: skip annotation %q, want %q", tc.ports, reason, tc.skip)
+		}
+		if injected := len(got.Spec.Containers) > len(pod.Spec.Containers); injected != (tc.skip == "") {
+			t.Errorf("ports %v: injected = %v", tc.ports, injected)
+		}
+	}
+}
