@@ -12,6 +12,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	"github.com/netop-dev/netop/internal/webhook/pods"
+	"github.com/netop-dev/netop/internal/webhook/workloads"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
@@ -27,6 +28,9 @@ const (
 	// PathInjectEnvoyNamespace serves the webhook for labelled namespaces,
 	// whose pods are opted in by the API server's namespaceSelector.
 	PathInjectEnvoyNamespace = "/inject-envoy-namespace"
+	// PathInjectEnvoyWorkloads serves the webhook for the pod templates of
+	// annotated workloads.
+	PathInjectEnvoyWorkloads = "/inject-envoy-workloads"
 )
 
 // webhookDeps is what netop's admission handlers read.
@@ -65,6 +69,12 @@ type webhookDeps struct {
 //     every other pod; it fails open (Ignore) with a short timeout, so that
 //     an outage delays no pod: such pods then start without the sidecar.
 //     Use the namespace label where the sidecar is a must.
+//   - Workloads (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs,
+//     CronJobs) annotated for the sidecar get it in their pod template at
+//     admission, so that their first pods have it. Only annotated ones are
+//     sent (a matchCondition). It fails open (Ignore): the workload
+//     initializer injects Deployments it missed (one more rollout), and
+//     pods of opted-in namespaces get it from the pod webhooks.
 func webhooks(d webhookDeps) webhook.Set {
 	excluded := metav1.LabelSelectorRequirement{
 		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
@@ -97,12 +107,31 @@ func webhooks(d webhookDeps) webhook.Set {
 		Name:       "spec-changed",
 		Expression: "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec",
 	}}
+	workloadRules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
+			Resources: []string{"deployments", "statefulsets", "daemonsets", "replicasets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}, {
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{"batch"}, APIVersions: []string{"v1"},
+			Resources: []string{"jobs", "cronjobs"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}}
+	optedIn := []admissionregistrationv1.MatchCondition{{
+		Name:       "opted-in",
+		Expression: "has(object.metadata.annotations) && '" + envoy.OptIn + "' in object.metadata.annotations && object.metadata.annotations['" + envoy.OptIn + "'] == 'true'",
+	}}
 	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}}
 	injector := &pods.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, Recorder: d.recorder,
 		AllowPrivilegedTemplates: d.allowPrivilegedTemplates}
 	namespaceInjector := *injector
 	namespaceInjector.NamespaceOptIn = true
+	workloadInjector := &workloads.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace,
+		AllowPrivilegedTemplates: d.allowPrivilegedTemplates}
 
 	return webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
 		Name:    "networks.validate.samplecrd.k8s.io",
@@ -153,6 +182,20 @@ func webhooks(d webhookDeps) webhook.Set {
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			excluded,
 			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelEnabled, envoy.NamespaceLabelDisabled}},
+		}},
+	}, {
+		Name:               "workloads.envoy.initializer.kubernetes.io",
+		Path:               PathInjectEnvoyWorkloads,
+		Handler:            webhook.HandlerFunc(workloadInjector.Admit),
+		Mutating:           true,
+		Rules:              workloadRules,
+		MatchConditions:    optedIn,
+		FailurePolicy:      admissionregistrationv1.Ignore,
+		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		TimeoutSeconds:     5,
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			excluded,
+			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelDisabled}},
 		}},
 	}}}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -538,5 +539,103 @@ func TestHostNetworkDeploymentIsSkipped(t *testing.T) {
 	}
 	if cs := got.Spec.Template.Spec.Containers; len(cs) != 1 {
 		t.Fatalf("the Deployment was patched: %d containers", len(cs))
+	}
+}
+
+// Workloads get the sidecar in their pod template at admission: the first
+// rollout of a Deployment already has it, and there is no second one (one
+// ReplicaSet, generation 1); every workload kind is injected as it is
+// created, and a hostNetwork one is skipped with the reason on it.
+func TestWorkloadsInjectedAtAdmission(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createTemplate(t, env, ns)
+	ctx := t.Context()
+	// The webhook reads templates from a cache: wait until a dry run
+	// shows it has the one just made.
+	d := annotatedDeployment("first-rollout", 1, corev1.Container{Name: "app", Image: "app"})
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		dry, err := env.Kube.AppsV1().Deployments(ns).Create(ctx, d.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(dry.Spec.Template.Spec.Containers) == 2, "the webhook has not seen the template yet"
+	})
+
+	created, err := env.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := created.Spec.Template.Spec.Containers; len(cs) != 2 || cs[1].Name != "envoy" {
+		t.Fatalf("the created Deployment's containers: %v", cs)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=first-rollout"})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprintf("no pod yet (%v)", err)
+		}
+		if got := names(&pods.Items[0]); len(got) != 2 {
+			t.Fatalf("the first pod's containers: %v", got)
+		}
+		return true, ""
+	})
+	rss, err := env.Kube.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=first-rollout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "first-rollout", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rss.Items) != 1 || got.Generation != 1 {
+		t.Errorf("%d ReplicaSets, generation %d: want one rollout", len(rss.Items), got.Generation)
+	}
+
+	template := func(container ...corev1.Container) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "w"}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: container}}
+	}
+	app := corev1.Container{Name: "app", Image: "app"}
+	optIn := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Annotations: map[string]string{envoy.OptIn: "true"}}
+	}
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "w"}}
+	check := func(kind string, tmpl corev1.PodTemplateSpec, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if cs := tmpl.Spec.Containers; len(cs) != 2 || cs[1].Name != "envoy" || tmpl.Annotations[envoy.Injected] == "" {
+			t.Errorf("%s: pod template containers %v annotations %v", kind, names(&corev1.Pod{Spec: tmpl.Spec}), tmpl.Annotations)
+		}
+	}
+	always := template(app)
+	always.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	sts, err := env.Kube.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{ObjectMeta: optIn("sts"),
+		Spec: appsv1.StatefulSetSpec{Selector: selector, Template: always, Replicas: ptrTo[int32](0)}}, metav1.CreateOptions{})
+	check("StatefulSet", sts.Spec.Template, err)
+	ds, err := env.Kube.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: optIn("ds"),
+		Spec: appsv1.DaemonSetSpec{Selector: selector, Template: always}}, metav1.CreateOptions{})
+	check("DaemonSet", ds.Spec.Template, err)
+	rs, err := env.Kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: optIn("rs"),
+		Spec: appsv1.ReplicaSetSpec{Selector: selector, Template: always, Replicas: ptrTo[int32](0)}}, metav1.CreateOptions{})
+	check("ReplicaSet", rs.Spec.Template, err)
+	job, err := env.Kube.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: optIn("job"),
+		Spec: batchv1.JobSpec{Template: template(app), Suspend: ptrTo(true)}}, metav1.CreateOptions{})
+	check("Job", job.Spec.Template, err)
+	cron, err := env.Kube.BatchV1().CronJobs(ns).Create(ctx, &batchv1.CronJob{ObjectMeta: optIn("cron"),
+		Spec: batchv1.CronJobSpec{Schedule: "0 0 1 1 *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template(app)}}}}, metav1.CreateOptions{})
+	check("CronJob", cron.Spec.JobTemplate.Spec.Template, err)
+
+	hostNet := always.DeepCopy()
+	hostNet.Spec.HostNetwork = true
+	skipped, err := env.Kube.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: optIn("on-the-host"),
+		Spec: appsv1.DaemonSetSpec{Selector: selector, Template: *hostNet}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped.Spec.Template.Spec.Containers) != 1 || !strings.Contains(skipped.Annotations[envoy.Skipped], "hostNetwork") {
+		t.Errorf("hostNetwork DaemonSet: containers %d, skip annotation %q", len(skipped.Spec.Template.Spec.Containers), skipped.Annotations[envoy.Skipped])
 	}
 }

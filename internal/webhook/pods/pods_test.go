@@ -229,19 +229,6 @@ func TestInjectIntoNullAndEmpty(t *testing.T) {
 	}
 }
 
-func TestJSONPointerEscape(t *testing.T) {
-	for in, want := range map[string]string{
-		"initializer.kubernetes.io/envoy-skipped": "initializer.kubernetes.io~1envoy-skipped",
-		"a~b/c": "a~0b~1c",
-		"~1":    "~01",
-		"":      "",
-	} {
-		if got := jsonPointerEscape(in); got != want {
-			t.Errorf("jsonPointerEscape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkInject64KBPod measures Admit of a 64 KB pod and reports the p99
 // besides the mean, since the target is a p99.
 func BenchmarkInject64KBPod(b *testing.B) {

@@ -1,0 +1,130 @@
+package workloads
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netop-dev/netop/internal/envoy"
+)
+
+const sidecar = "containers:\n- name: envoy\n  image: envoy\n  ports: [{containerPort: 80}]\nvolumes:\n- name: envoy-conf\n  emptyDir: {}\n"
+
+func injector(t *testing.T) *Injector {
+	cms := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: envoy.ConfigMapName, Namespace: "ns"},
+		Data: map[string]string{envoy.ConfigKey: sidecar}}); err != nil {
+		t.Fatal(err)
+	}
+	return &Injector{ConfigMaps: corelisters.NewConfigMapLister(cms), OperatorNamespace: "netop-system"}
+}
+
+func podTemplate(port int32, hostNetwork bool) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{HostNetwork: hostNetwork,
+		Containers: []corev1.Container{{Name: "app", Image: "app", Ports: []corev1.ContainerPort{{ContainerPort: port}}}}}}
+}
+
+var optIn = metav1.ObjectMeta{Namespace: "ns", Name: "w", Annotations: map[string]string{envoy.OptIn: "true"}}
+
+// admit runs the webhook on obj of kind and returns the object patched and
+// the response.
+func admit(t *testing.T, i *Injector, kind string, obj runtime.Object) (runtime.Object, *admissionv1.AdmissionResponse) {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := "apps"
+	if kind == "Job" || kind == "CronJob" {
+		group = "batch"
+	}
+	resp := i.Admit(context.Background(), &admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: "ns", Name: "w",
+		Kind:   metav1.GroupVersionKind{Group: group, Version: "v1", Kind: kind},
+		Object: runtime.RawExtension{Raw: raw},
+	})
+	if !resp.Allowed {
+		t.Fatalf("%s refused: %+v", kind, resp.Result)
+	}
+	if len(resp.Patch) > 0 {
+		patch, err := jsonpatch.DecodePatch(resp.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw, err = patch.Apply(raw); err != nil {
+			t.Fatalf("%s: the patch does not apply: %v", kind, err)
+		}
+	}
+	out := obj.DeepCopyObject()
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out, resp
+}
+
+func TestInjectsEveryWorkloadKind(t *testing.T) {
+	i := injector(t)
+	for _, tc := range []struct {
+		kind     string
+		make     func(corev1.PodTemplateSpec) runtime.Object
+		template func(runtime.Object) *corev1.PodTemplateSpec
+	}{
+		{"Deployment", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &appsv1.Deployment{ObjectMeta: optIn, Spec: appsv1.DeploymentSpec{Template: p}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec { return &o.(*appsv1.Deployment).Spec.Template }},
+		{"StatefulSet", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &appsv1.StatefulSet{ObjectMeta: optIn, Spec: appsv1.StatefulSetSpec{Template: p}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec { return &o.(*appsv1.StatefulSet).Spec.Template }},
+		{"DaemonSet", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &appsv1.DaemonSet{ObjectMeta: optIn, Spec: appsv1.DaemonSetSpec{Template: p}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec { return &o.(*appsv1.DaemonSet).Spec.Template }},
+		{"ReplicaSet", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &appsv1.ReplicaSet{ObjectMeta: optIn, Spec: appsv1.ReplicaSetSpec{Template: p}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec { return &o.(*appsv1.ReplicaSet).Spec.Template }},
+		{"Job", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &batchv1.Job{ObjectMeta: optIn, Spec: batchv1.JobSpec{Template: p}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec { return &o.(*batchv1.Job).Spec.Template }},
+		{"CronJob", func(p corev1.PodTemplateSpec) runtime.Object {
+			return &batchv1.CronJob{ObjectMeta: optIn, Spec: batchv1.CronJobSpec{JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: p}}}}
+		}, func(o runtime.Object) *corev1.PodTemplateSpec {
+			return &o.(*batchv1.CronJob).Spec.JobTemplate.Spec.Template
+		}},
+	} {
+		// Injected: the sidecar after the app, the volume, the record.
+		got, _ := admit(t, i, tc.kind, tc.make(podTemplate(8080, false)))
+		tmpl := tc.template(got)
+		if len(tmpl.Spec.Containers) != 2 || tmpl.Spec.Containers[1].Name != "envoy" || len(tmpl.Spec.Volumes) != 1 || tmpl.Annotations[envoy.Injected] == "" {
+			t.Errorf("%s: pod template after admission %+v", tc.kind, tmpl)
+		}
+		// Injected already: left alone.
+		if _, resp := admit(t, i, tc.kind, got); len(resp.Patch) != 0 {
+			t.Errorf("%s: injected twice: %s", tc.kind, resp.Patch)
+		}
+		// hostNetwork and a port clash: skipped, with the reason on the
+		// workload and in a warning, the pod template untouched.
+		for what, p := range map[string]corev1.PodTemplateSpec{"hostNetwork": podTemplate(8080, true), `port 80/TCP of container "envoy"`: podTemplate(80, false)} {
+			got, resp := admit(t, i, tc.kind, tc.make(p))
+			meta := got.(metav1.Object)
+			if n := len(tc.template(got).Spec.Containers); n != 1 || len(resp.Warnings) != 1 || !strings.Contains(meta.GetAnnotations()[envoy.Skipped], what) {
+				t.Errorf("%s, %s: %d containers, warnings %q, skip annotation %q", tc.kind, what, n, resp.Warnings, meta.GetAnnotations()[envoy.Skipped])
+			}
+		}
+		// Not opted in: nothing.
+		o := tc.make(podTemplate(8080, false))
+		o.(metav1.Object).SetAnnotations(nil)
+		if _, resp := admit(t, i, tc.kind, o); len(resp.Patch) != 0 {
+			t.Errorf("%s not opted in: patched %s", tc.kind, resp.Patch)
+		}
+	}
+}
