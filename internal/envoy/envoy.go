@@ -49,9 +49,20 @@ const (
 	Skipped = "initializer.kubernetes.io/envoy-skipped"
 )
 
-// ReasonInvalidTemplate is the reason of the Warning Events recorded on a
-// broken template's ConfigMap and on what it could not be injected into.
-const ReasonInvalidTemplate = "InvalidTemplate"
+// Reasons of the Events recorded about injection: ReasonInvalidTemplate on
+// a broken template's ConfigMap and on what it could not be injected into;
+// the others on the workloads injected into at admission or by the
+// workload initializer.
+const (
+	ReasonInvalidTemplate = "InvalidTemplate"
+	ReasonInjected        = "SidecarInjected"
+	ReasonUpdated         = "SidecarUpdated"
+	ReasonRemoved         = "SidecarRemoved"
+	// ReasonSkipped: opted in, but the sidecar cannot work in this pod
+	// template (hostNetwork, a port both would use, no template, a template
+	// the policy refuses); the message says why.
+	ReasonSkipped = "SidecarSkipped"
+)
 
 // Template is a parsed envoy-initializer ConfigMap.
 type Template struct {

@@ -131,7 +131,7 @@ func webhooks(d webhookDeps) webhook.Set {
 	namespaceInjector := *injector
 	namespaceInjector.NamespaceOptIn = true
 	workloadInjector := &workloads.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace,
-		AllowPrivilegedTemplates: d.allowPrivilegedTemplates}
+		AllowPrivilegedTemplates: d.allowPrivilegedTemplates, Recorder: d.recorder}
 
 	return webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
 		Name:    "networks.validate.samplecrd.k8s.io",
@@ -190,6 +190,7 @@ func webhooks(d webhookDeps) webhook.Set {
 		Mutating:           true,
 		Rules:              workloadRules,
 		MatchConditions:    optedIn,
+		SideEffects:        admissionregistrationv1.SideEffectClassNoneOnDryRun, // Events
 		FailurePolicy:      admissionregistrationv1.Ignore,
 		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 		TimeoutSeconds:     5,

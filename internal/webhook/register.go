@@ -54,6 +54,9 @@ type Webhook struct {
 	TimeoutSeconds int32
 	// ReinvocationPolicy applies to mutating webhooks; empty means Never.
 	ReinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
+	// SideEffects: empty means None. NoneOnDryRun for a handler that
+	// records Events, which it must not do for a dry run.
+	SideEffects admissionregistrationv1.SideEffectClass
 }
 
 // Set is the webhooks of one operator: they are registered in one
@@ -75,9 +78,12 @@ func (s Set) Configurations(target Target, caBundle []byte) (*admissionregistrat
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
 	}
-	none := admissionregistrationv1.SideEffectClassNone
 	versions := []string{"v1"}
 	for _, w := range s.Webhooks {
+		sideEffects := w.SideEffects
+		if sideEffects == "" {
+			sideEffects = admissionregistrationv1.SideEffectClassNone
+		}
 		if !w.Mutating {
 			validating.Webhooks = append(validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
 				Name:                    w.Name,
@@ -85,7 +91,7 @@ func (s Set) Configurations(target Target, caBundle []byte) (*admissionregistrat
 				Rules:                   w.Rules,
 				MatchConditions:         w.MatchConditions,
 				FailurePolicy:           optional(w.FailurePolicy),
-				SideEffects:             &none,
+				SideEffects:             &sideEffects,
 				TimeoutSeconds:          optional(w.TimeoutSeconds),
 				AdmissionReviewVersions: versions,
 				NamespaceSelector:       w.NamespaceSelector,
@@ -103,7 +109,7 @@ func (s Set) Configurations(target Target, caBundle []byte) (*admissionregistrat
 			Rules:                   w.Rules,
 			MatchConditions:         w.MatchConditions,
 			FailurePolicy:           optional(w.FailurePolicy),
-			SideEffects:             &none,
+			SideEffects:             &sideEffects,
 			TimeoutSeconds:          optional(w.TimeoutSeconds),
 			AdmissionReviewVersions: versions,
 			NamespaceSelector:       w.NamespaceSelector,

@@ -628,6 +628,20 @@ func TestWorkloadsInjectedAtAdmission(t *testing.T) {
 		Spec: batchv1.CronJobSpec{Schedule: "0 0 1 1 *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template(app)}}}}, metav1.CreateOptions{})
 	check("CronJob", cron.Spec.JobTemplate.Spec.Template, err)
 
+	// Each workload says, in an Event, what admission did to it.
+	testenv.Eventually(t, 15*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=sts"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == envoy.ReasonInjected && e.InvolvedObject.Kind == "StatefulSet" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events of sts, no %s", len(events.Items), envoy.ReasonInjected)
+	})
+
 	hostNet := always.DeepCopy()
 	hostNet.Spec.HostNetwork = true
 	skipped, err := env.Kube.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: optIn("on-the-host"),

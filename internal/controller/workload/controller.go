@@ -44,13 +44,11 @@ const Name = "workload"
 
 // Reasons of the Events on Deployments and templates.
 const (
-	ReasonInjected     = "SidecarInjected"
-	ReasonUpdated      = "SidecarUpdated"
-	ReasonRemoved      = "SidecarRemoved"
-	ReasonNameConflict = "NameConflict"
-	// ReasonSkipped: opted in, but the sidecar cannot work in this pod
-	// template (hostNetwork, a port both would use); the message says why.
-	ReasonSkipped         = "SidecarSkipped"
+	ReasonInjected        = envoy.ReasonInjected
+	ReasonUpdated         = envoy.ReasonUpdated
+	ReasonRemoved         = envoy.ReasonRemoved
+	ReasonNameConflict    = "NameConflict"
+	ReasonSkipped         = envoy.ReasonSkipped
 	ReasonInvalidTemplate = envoy.ReasonInvalidTemplate
 )
 

@@ -21,7 +21,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/envoy"
@@ -34,11 +36,15 @@ type Injector struct {
 	OperatorNamespace string
 	// AllowPrivilegedTemplates is --allow-privileged-templates.
 	AllowPrivilegedTemplates bool
+	// Recorder records on the workload what was done and why: Events are
+	// where `kubectl describe` users look. None for dry runs.
+	Recorder record.EventRecorder
 }
 
 // workload is the part of any workload kind that injection reads and the
 // path of its pod template.
 type workload struct {
+	object   runtime.Object
 	meta     *metav1.ObjectMeta
 	template *corev1.PodTemplateSpec
 	// path is the JSON pointer of the pod template.
@@ -53,22 +59,22 @@ func decode(req *admissionv1.AdmissionRequest) (workload, error) {
 	switch req.Kind {
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}:
 		o := &appsv1.Deployment{}
-		return workload{&o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}:
 		o := &appsv1.StatefulSet{}
-		return workload{&o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}:
 		o := &appsv1.DaemonSet{}
-		return workload{&o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}:
 		o := &appsv1.ReplicaSet{}
-		return workload{&o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
 	case metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}:
 		o := &batchv1.Job{}
-		return workload{&o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
 	case metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}:
 		o := &batchv1.CronJob{}
-		return workload{&o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template, "/spec/jobTemplate/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template, "/spec/jobTemplate/spec/template"}, into(o)
 	}
 	return workload{}, fmt.Errorf("not a workload netop injects into: %s", req.Kind.String())
 }
@@ -95,40 +101,47 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 	spec := &w.template.Spec
+	dryRun := req.DryRun != nil && *req.DryRun
 	if spec.HostNetwork {
-		return i.skip(w, envoy.HostNetworkSkip)
+		return i.skip(w, dryRun, envoy.HostNetworkSkip)
 	}
 	finder := envoy.Finder{ConfigMaps: i.ConfigMaps, OperatorNamespace: i.OperatorNamespace, AllowPrivileged: i.AllowPrivilegedTemplates}
 	tmpl, _, err := finder.Find(w.meta.Namespace)
 	if err != nil {
 		if policy := (*envoy.PolicyError)(nil); errors.As(err, &policy) {
-			return i.skip(w, err.Error())
+			return i.skip(w, dryRun, err.Error())
 		}
 		logger.Info("Rejected workload: broken envoy template", "err", err)
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("envoy sidecar requested but the template is broken: %v", err))
 	}
 	if tmpl == nil {
-		return i.skip(w, fmt.Sprintf("no ConfigMap %s in namespace %s or %s", envoy.ConfigMapName, w.meta.Namespace, i.OperatorNamespace))
+		return i.skip(w, dryRun, fmt.Sprintf("no ConfigMap %s in namespace %s or %s", envoy.ConfigMapName, w.meta.Namespace, i.OperatorNamespace))
 	}
 	if clash := tmpl.Clash(spec); clash != "" {
-		return i.skip(w, clash)
+		return i.skip(w, dryRun, clash)
 	}
 	if clash := tmpl.PortClash(spec); clash != "" {
-		return i.skip(w, clash)
+		return i.skip(w, dryRun, clash)
 	}
 	ops := tmpl.InjectOps(w.path, w.template.Annotations, spec)
 	if _, ok := w.meta.Annotations[envoy.Skipped]; ok {
 		ops = append(ops, envoy.RemoveAnnotationOp("", envoy.Skipped))
 	}
 	logger.V(1).Info("Injected envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
+	if !dryRun && i.Recorder != nil {
+		i.Recorder.Eventf(w.object, corev1.EventTypeNormal, envoy.ReasonInjected, "Injected the envoy sidecar from %s at admission", tmpl.Source)
+	}
 	return webhook.Patched(ops)
 }
 
 // skip admits the workload with its pod template unchanged, the reason on
 // the workload itself (on the template it would roll the pods out again
-// whenever the reason's wording changed) and in a warning.
-func (i *Injector) skip(w workload, reason string) *admissionv1.AdmissionResponse {
+// whenever the reason's wording changed), in a warning and in an Event.
+func (i *Injector) skip(w workload, dryRun bool, reason string) *admissionv1.AdmissionResponse {
+	if !dryRun && i.Recorder != nil {
+		i.Recorder.Eventf(w.object, corev1.EventTypeWarning, envoy.ReasonSkipped, "Envoy sidecar not injected: %s", reason)
+	}
 	var ops []jsonpatch.Operation
 	if w.meta.Annotations[envoy.Skipped] != reason {
 		ops = envoy.AnnotationOps(nil, "", w.meta.Annotations, map[string]string{envoy.Skipped: reason})

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/netop-dev/netop/internal/envoy"
 )
@@ -167,4 +168,36 @@ func BenchmarkInject64KBDeployment(b *testing.B) {
 	}
 	slices.Sort(took)
 	b.ReportMetric(float64(took[(len(took)-1)*99/100].Nanoseconds()), "p99-ns/op")
+}
+
+// What admission did is recorded on the workload as an Event, except for a
+// dry run, which must have no side effects.
+func TestEvents(t *testing.T) {
+	i := injector(t)
+	recorder := record.NewFakeRecorder(10)
+	i.Recorder = recorder
+	dryRun := true
+	for _, tc := range []struct {
+		port   int32
+		dryRun *bool
+		want   string
+	}{
+		{8080, nil, "Normal " + envoy.ReasonInjected},
+		{80, nil, "Warning " + envoy.ReasonSkipped},
+		{8080, &dryRun, ""},
+		{80, &dryRun, ""},
+	} {
+		raw, _ := json.Marshal(&appsv1.Deployment{ObjectMeta: optIn, Spec: appsv1.DeploymentSpec{Template: podTemplate(tc.port, false)}})
+		i.Admit(context.Background(), &admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "ns", Name: "w", DryRun: tc.dryRun,
+			Kind: metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, Object: runtime.RawExtension{Raw: raw}})
+		var got string
+		select {
+		case e := <-recorder.Events:
+			got = e
+		default:
+		}
+		if tc.want == "" && got != "" || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("port %d, dry run %v: Event %q, want %q", tc.port, tc.dryRun != nil, got, tc.want)
+		}
+	}
 }
