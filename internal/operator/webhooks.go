@@ -123,6 +123,12 @@ func webhooks(d webhookDeps) webhook.Set {
 	optedIn := []admissionregistrationv1.MatchCondition{{
 		Name:       "opted-in",
 		Expression: "has(object.metadata.annotations) && '" + envoy.OptIn + "' in object.metadata.annotations && object.metadata.annotations['" + envoy.OptIn + "'] == 'true'",
+	}, {
+		// ReplicaSets of Deployments (which copy the Deployment's
+		// annotations) and Jobs of CronJobs come from a template admission
+		// already saw; the handler leaves them alone too.
+		Name:       "not-controlled",
+		Expression: "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
 	}}
 	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}}

@@ -95,6 +95,13 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if w.meta.Annotations[envoy.OptIn] != "true" {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
+	if owner := metav1.GetControllerOfNoCopy(w.meta); owner != nil {
+		// A ReplicaSet of a Deployment, a Job of a CronJob: made from its
+		// owner's template, which admission already saw. Changing it here
+		// would make it differ from that template, and the Deployment
+		// controller would make ReplicaSet after ReplicaSet.
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
 	if w.template.Annotations[envoy.Injected] != "" {
 		// Injected before; a newer template is the workload controller's
 		// to roll out, deliberately.

@@ -201,3 +201,22 @@ func TestEvents(t *testing.T) {
 		}
 	}
 }
+
+// A ReplicaSet made by a Deployment carries the Deployment's opt-in
+// annotation but is made from its template: injecting it would make it
+// differ from the Deployment's, and the Deployment controller would make
+// another. It is left alone.
+func TestControlledWorkloadsAreLeftAlone(t *testing.T) {
+	i := injector(t)
+	rs := &appsv1.ReplicaSet{ObjectMeta: *optIn.DeepCopy(), Spec: appsv1.ReplicaSetSpec{Template: podTemplate(8080, true)}}
+	rs.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "u", Controller: ptrTo(true)}}
+	if _, resp := admit(t, i, "ReplicaSet", rs); len(resp.Patch) != 0 || len(resp.Warnings) != 0 {
+		t.Errorf("a Deployment's ReplicaSet was changed: patch %s, warnings %q", resp.Patch, resp.Warnings)
+	}
+	rs.OwnerReferences[0].Controller = nil // owned, not controlled: its own
+	if _, resp := admit(t, i, "ReplicaSet", rs); len(resp.Warnings) != 1 {
+		t.Errorf("an uncontrolled ReplicaSet was not handled: warnings %q", resp.Warnings)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
