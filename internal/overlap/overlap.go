@@ -219,13 +219,8 @@ func (a *Arbiter) Acquire(e Entry) Verdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var v Verdict
-	a.contenders.Overlapping(e.Prefixes, e.UID, func(o Entry) bool {
-		if o.Older(e) && (v.Winner == nil || o.Older(*v.Winner)) {
-			v.Winner = &o
-		}
-		return true
-	})
-	if v.Winner != nil {
+	if winner, ok := a.oldestOverlapping(e); ok {
+		v.Winner = &winner
 		return v
 	}
 	a.present.Overlapping(e.Prefixes, e.UID, func(o Entry) bool {
@@ -276,6 +271,12 @@ func (a *Arbiter) Present(uid types.UID) bool {
 func (a *Arbiter) Loses(e Entry) (Entry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.oldestOverlapping(e)
+}
+
+// oldestOverlapping returns the oldest contender that overlaps e and is
+// older than e. The caller holds a.mu.
+func (a *Arbiter) oldestOverlapping(e Entry) (Entry, bool) {
 	var winner *Entry
 	a.contenders.Overlapping(e.Prefixes, e.UID, func(o Entry) bool {
 		if o.Older(e) && (winner == nil || o.Older(*winner)) {
