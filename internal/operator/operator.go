@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
 	op.templates = templateInformers(kube, o.Resync)
 	if o.InitializeWorkloads {
-		op.workloads, err = workload.New(ctx, kube, op.kubeFactory.Apps().V1().Deployments(), op.kubeFactory.Core().V1().Namespaces(),
+		op.workloads, err = workload.New(ctx, workload.Kinds(kube, op.kubeFactory), op.kubeFactory.Core().V1().Namespaces(),
 			op.templates.Core().V1().ConfigMaps(), recorder, op.metrics,
 			workload.Options{OperatorNamespace: o.OperatorNamespace, Workers: o.Workers, AllowPrivilegedTemplates: o.AllowPrivilegedTemplates})
 		if err != nil {

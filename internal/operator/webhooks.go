@@ -117,7 +117,15 @@ func webhooks(d webhookDeps) webhook.Set {
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{"batch"}, APIVersions: []string{"v1"},
-			Resources: []string{"jobs", "cronjobs"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			Resources: []string{"cronjobs"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}, {
+		// A Job's pod template cannot change after its creation: injecting
+		// into it on an update would have the update refused.
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{"batch"}, APIVersions: []string{"v1"},
+			Resources: []string{"jobs"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 		},
 	}}
 	optedIn := []admissionregistrationv1.MatchCondition{{

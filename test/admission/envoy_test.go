@@ -329,11 +329,11 @@ func TestDeploymentNameConflictIsNotInjected(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, e := range events.Items {
-			if e.Reason == "NameConflict" && e.Type == corev1.EventTypeWarning {
+			if e.Reason == envoy.ReasonSkipped && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `already has a container "envoy"`) {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("%d events, no NameConflict", len(events.Items))
+		return false, fmt.Sprintf("%d events, no %s naming the container", len(events.Items), envoy.ReasonSkipped)
 	})
 	got, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "own-envoy", metav1.GetOptions{})
 	if err != nil {

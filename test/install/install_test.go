@@ -136,6 +136,12 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		// Deployments: patched where the initializer decides, so still
 		// cluster-wide.
 		{true, "patch", "apps", "deployments", "default", "web"},
+		{true, "watch", "apps", "statefulsets", "", ""},
+		{true, "patch", "apps", "daemonsets", "default", "web"},
+		{true, "patch", "apps", "replicasets", "default", "web"},
+		{true, "patch", "batch", "cronjobs", "default", "web"},
+		// Jobs: their pod template never changes, so never patched.
+		{false, "patch", "batch", "jobs", "default", "web"},
 		{true, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
 		{false, "delete", "samplecrd.k8s.io", "networks", "default", "n"},
 	} {

@@ -1,34 +1,37 @@
-// Package workload is the tutorial's Initializer loop for objects that can
-// still change: Deployments annotated initializer.kubernetes.io/envoy:
-// "true" get the Envoy template merged into spec.template with a PATCH (a
-// rolling update), are re-patched when the template changes, and lose what
-// was injected when the annotation goes. Their pods then carry the
+// Package workload is the tutorial's Initializer loop for workloads that
+// exist: Deployments, StatefulSets, DaemonSets, ReplicaSets and CronJobs
+// annotated initializer.kubernetes.io/envoy: "true" are re-patched when
+// the Envoy template changes (a rolling update, by design) and lose what
+// was injected when the annotation goes. Injection itself happens at
+// admission (package webhook/workloads), so that the first rollout already
+// has the sidecar; this loop injects only what admission missed (created
+// while the webhook was down, or before netop ran). Their pods carry the
 // injection record, so the Pod webhook leaves them alone.
 //
-// It never touches Deployments in kube-system, in the operator's namespace,
+// It never touches workloads in kube-system, in the operator's namespace,
 // or in a namespace labelled initializer.kubernetes.io/envoy=disabled: it
 // patches with netop's service account, so where it may write is decided
 // by the cluster's administrators (the namespace label), not by whoever may
-// annotate a Deployment. The template a Deployment gets obeys the template
-// policy of envoy.Finder.
+// annotate a workload. Nor does it touch workloads made by a controller
+// (a Deployment's ReplicaSets, a CronJob's Jobs): their template is their
+// owner's. The template a workload gets obeys the template policy of
+// envoy.Finder.
 package workload
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -39,22 +42,22 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 )
 
-// Name is the controller's name in logs and metrics.
+// Name is the controller's name in logs; each kind's queue is named
+// workload-<kind>.
 const Name = "workload"
 
-// Reasons of the Events on Deployments and templates.
+// Reasons of the Events on workloads and templates.
 const (
 	ReasonInjected        = envoy.ReasonInjected
 	ReasonUpdated         = envoy.ReasonUpdated
 	ReasonRemoved         = envoy.ReasonRemoved
-	ReasonNameConflict    = "NameConflict"
 	ReasonSkipped         = envoy.ReasonSkipped
 	ReasonInvalidTemplate = envoy.ReasonInvalidTemplate
 )
 
 // Options configure the controller.
 type Options struct {
-	// OperatorNamespace holds the default template; its Deployments are
+	// OperatorNamespace holds the default template; its workloads are
 	// left alone.
 	OperatorNamespace string
 	// AllowPrivilegedTemplates lifts the template policy for every
@@ -63,45 +66,58 @@ type Options struct {
 	Workers                  int
 }
 
-// Controller initializes Deployments with the Envoy template.
+// Controller keeps the Envoy sidecar of workloads in line with their
+// annotation and the template: one queue per kind on the shared runner.
 type Controller struct {
-	*runner.Controller
-	kube              kubernetes.Interface
-	deployments       appslisters.DeploymentLister
 	namespaces        corelisters.NamespaceLister
 	finder            envoy.Finder
 	recorder          record.EventRecorder
 	operatorNamespace string
+	kinds             []*kindController
 }
 
-// New makes the controller; call it before the informers start. templates
-// needs to hold only the envoy-initializer ConfigMaps.
-func New(ctx context.Context, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer, namespaces coreinformers.NamespaceInformer,
+// kindController is the queue and sync of one workload kind.
+type kindController struct {
+	*runner.Controller
+	kind Kind
+	c    *Controller
+}
+
+// New makes the controller for kinds (see Kinds); call it before the
+// informers start. templates needs to hold only the envoy-initializer
+// ConfigMaps.
+func New(ctx context.Context, kinds []Kind, namespaces coreinformers.NamespaceInformer,
 	templates coreinformers.ConfigMapInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
-		kube:        kube,
-		deployments: deployments.Lister(),
-		namespaces:  namespaces.Lister(),
+		namespaces: namespaces.Lister(),
 		finder: envoy.Finder{ConfigMaps: templates.Lister(), OperatorNamespace: o.OperatorNamespace,
 			AllowPrivileged: o.AllowPrivilegedTemplates},
 		recorder:          recorder,
 		operatorNamespace: o.OperatorNamespace,
 	}
-	var err error
-	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
-		return nil, err
-	}
 	logger := klog.FromContext(ctx)
-	deploymentsHandled, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueDeployment,
-		UpdateFunc: func(oldObj, newObj any) {
-			if oldObj.(*appsv1.Deployment).ResourceVersion != newObj.(*appsv1.Deployment).ResourceVersion {
-				c.enqueueDeployment(newObj)
-			}
-		},
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return nil, fmt.Errorf("adding Deployment event handler: %w", err)
+	var synced []cache.DoneChecker
+	for _, kind := range kinds {
+		k := &kindController{kind: kind, c: c}
+		var err error
+		if k.Controller, err = runner.New(runner.Options{Name: Name + "-" + strings.ToLower(kind.Name), Workers: o.Workers, Metrics: m}, k.sync); err != nil {
+			return nil, err
+		}
+		handled, err := kind.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+			AddFunc: k.enqueue,
+			UpdateFunc: func(oldObj, newObj any) {
+				oldMeta, err1 := meta.Accessor(oldObj)
+				newMeta, err2 := meta.Accessor(newObj)
+				if err1 == nil && err2 == nil && oldMeta.GetResourceVersion() != newMeta.GetResourceVersion() {
+					k.enqueue(newObj)
+				}
+			},
+		}, cache.HandlerOptions{Logger: &logger})
+		if err != nil {
+			return nil, fmt.Errorf("adding %s event handler: %w", kind.Name, err)
+		}
+		synced = append(synced, handled.HasSyncedChecker())
+		c.kinds = append(c.kinds, k)
 	}
 	templatesHandled, err := templates.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueForTemplate,
@@ -111,7 +127,7 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 	if err != nil {
 		return nil, fmt.Errorf("adding ConfigMap event handler: %w", err)
 	}
-	// A namespace that loses its opt-out label: its Deployments are looked
+	// A namespace that loses its opt-out label: its workloads are looked
 	// at anew.
 	namespacesHandled, err := namespaces.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
@@ -126,8 +142,31 @@ func New(ctx context.Context, kube kubernetes.Interface, deployments appsinforme
 	}
 	// Synced once the caches are full and the handlers have been handed
 	// their initial lists.
-	c.WaitFor(deploymentsHandled.HasSyncedChecker(), templatesHandled.HasSyncedChecker(), namespacesHandled.HasSyncedChecker())
+	synced = append(synced, templatesHandled.HasSyncedChecker(), namespacesHandled.HasSyncedChecker())
+	for _, k := range c.kinds {
+		k.WaitFor(synced...)
+	}
 	return c, nil
+}
+
+// Run runs every kind's queue until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.kinds))
+	for i, k := range c.kinds {
+		wg.Go(func() { errs[i] = k.Run(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Len is the number of workloads waiting, of every kind.
+func (c *Controller) Len() int {
+	n := 0
+	for _, k := range c.kinds {
+		n += k.Len()
+	}
+	return n
 }
 
 // optedOut: the namespace is labelled initializer.kubernetes.io/envoy=disabled.
@@ -135,7 +174,7 @@ func optedOut(ns *corev1.Namespace) bool {
 	return ns.Labels[envoy.NamespaceLabel] == envoy.NamespaceLabelDisabled
 }
 
-// excluded says why the initializer leaves the Deployments of namespace
+// excluded says why the initializer leaves the workloads of namespace
 // alone, or returns "". kube-system and the operator's namespace hold what
 // the cluster and netop need to run; a namespace labelled
 // initializer.kubernetes.io/envoy=disabled was opted out by whoever may
@@ -148,7 +187,7 @@ func (c *Controller) excluded(namespace string) (string, error) {
 	if err != nil {
 		// Not in the cache yet: retried, never patched unseen. %v, not
 		// %w: the runner would take the namespace's NotFound for the
-		// Deployment's and not retry.
+		// workload's and not retry.
 		return "", fmt.Errorf("namespace %s: %v", namespace, err)
 	}
 	if optedOut(ns) {
@@ -157,31 +196,38 @@ func (c *Controller) excluded(namespace string) (string, error) {
 	return "", nil
 }
 
-// relevant: asked for the sidecar, or carries one to take out.
-func relevant(d *appsv1.Deployment) bool {
-	return d.Annotations[envoy.OptIn] == "true" || d.Spec.Template.Annotations[envoy.Injected] != ""
-}
-
-func (c *Controller) enqueueDeployment(obj any) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok || !relevant(d) || d.Namespace == metav1.NamespaceSystem || d.Namespace == c.operatorNamespace {
+// enqueue queues a workload that asked for the sidecar or carries one to
+// take out, unless it is made by a controller or lives where the
+// initializer never goes.
+func (k *kindController) enqueue(obj any) {
+	o, ok := obj.(runtime.Object)
+	if !ok {
 		return
 	}
-	c.Enqueue(d)
+	m, err := meta.Accessor(o)
+	if err != nil || m.GetNamespace() == metav1.NamespaceSystem || m.GetNamespace() == k.c.operatorNamespace ||
+		metav1.GetControllerOfNoCopy(m) != nil {
+		return
+	}
+	if m.GetAnnotations()[envoy.OptIn] == "true" || k.kind.template(o).Annotations[envoy.Injected] != "" {
+		k.Enqueue(o)
+	}
 }
 
-// enqueueNamespace re-checks the Deployments of a namespace.
+// enqueueNamespace re-checks the workloads of a namespace.
 func (c *Controller) enqueueNamespace(namespace string) {
-	ds, err := c.deployments.Deployments(namespace).List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, d := range ds {
-		c.enqueueDeployment(d)
+	for _, k := range c.kinds {
+		objs, err := k.kind.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			k.enqueue(obj)
+		}
 	}
 }
 
-// enqueueForTemplate re-checks the Deployments a template serves: those in
+// enqueueForTemplate re-checks the workloads a template serves: those in
 // its namespace, or everywhere for the operator namespace's template.
 func (c *Controller) enqueueForTemplate(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -195,126 +241,145 @@ func (c *Controller) enqueueForTemplate(obj any) {
 		c.enqueueNamespace(cm.Namespace)
 		return
 	}
-	ds, err := c.deployments.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, d := range ds {
-		c.enqueueDeployment(d)
+	for _, k := range c.kinds {
+		for _, obj := range k.kind.informer.GetStore().List() {
+			k.enqueue(obj)
+		}
 	}
 }
 
-// sync brings one Deployment's pod template in line with its annotation
-// and the current template.
-func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
-	cached, err := c.deployments.Deployments(name.Namespace).Get(name.Name)
-	if apierrors.IsNotFound(err) {
-		return nil
+// sync brings one workload's pod template in line with its annotation and
+// the current template.
+func (k *kindController) sync(ctx context.Context, name cache.ObjectName) error {
+	obj, exists, err := k.kind.informer.GetIndexer().GetByKey(name.String())
+	if err != nil || !exists {
+		return err
 	}
+	w := obj.(runtime.Object).DeepCopyObject()
+	m, err := meta.Accessor(w)
 	if err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx).WithValues("deployment", klog.KObj(cached))
-	if why, err := c.excluded(cached.Namespace); err != nil || why != "" {
+	logger := klog.FromContext(ctx).WithValues(strings.ToLower(k.kind.Name), klog.KObj(m))
+	if metav1.GetControllerOfNoCopy(m) != nil {
+		return nil // its template is its owner's
+	}
+	if why, err := k.c.excluded(m.GetNamespace()); err != nil || why != "" {
 		if why != "" {
 			logger.V(2).Info("Left alone", "reason", why)
 		}
 		return err
 	}
-	d := cached.DeepCopy()
-	injected := d.Spec.Template.Annotations[envoy.Injected]
+	podTemplate := k.kind.template(w)
+	injected := podTemplate.Annotations[envoy.Injected]
 
 	var tmpl *envoy.Template
-	if d.Annotations[envoy.OptIn] == "true" {
+	if m.GetAnnotations()[envoy.OptIn] == "true" {
 		var cm *corev1.ConfigMap
-		tmpl, cm, err = c.finder.Find(d.Namespace)
+		tmpl, cm, err = k.c.finder.Find(m.GetNamespace())
 		if err != nil {
 			// A broken template, or one the template policy refuses: not
 			// retried, since a fixed or allowed template is a new event.
-			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
+			k.c.recorder.Eventf(w, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
 			if cm != nil {
-				c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "Deployment %s/%s not initialized: %v", d.Namespace, d.Name, err)
+				k.c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "%s %s/%s not initialized: %v", k.kind.Name, m.GetNamespace(), m.GetName(), err)
 			}
 			return nil
 		}
 		// A hostNetwork template with a sidecar (injected before it became
 		// one) goes on, to have the sidecar taken out.
-		if tmpl == nil || tmpl.Hash == injected && !d.Spec.Template.Spec.HostNetwork {
+		if tmpl == nil || tmpl.Hash == injected && !podTemplate.Spec.HostNetwork {
 			return nil
 		}
 	} else if injected == "" {
 		return nil
 	}
 
-	original, err := json.Marshal(d)
+	original, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
 	modified := original
 	if injected != "" {
-		removal, err := envoy.RemovalPatch(d.Spec.Template.Annotations, "spec", "template")
+		removal, err := envoy.RemovalPatch(podTemplate.Annotations, k.kind.path...)
 		if err != nil {
 			return err
 		}
-		if modified, err = envoy.Merge(modified, appsv1.Deployment{}, removal); err != nil {
+		if modified, err = envoy.Merge(modified, k.kind.newObject(), removal); err != nil {
 			return err
 		}
 	}
+	skip := ""
 	if tmpl != nil {
-		stripped := &appsv1.Deployment{}
+		stripped := k.kind.newObject()
 		if err := json.Unmarshal(modified, stripped); err != nil {
 			return err
 		}
-		if clash := tmpl.Clash(&stripped.Spec.Template.Spec); clash != "" {
-			// Merging by name would take over the workload's own container
-			// or volume, and removing the sidecar later would delete it.
-			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNameConflict, "Envoy sidecar not injected: %s", clash)
-			return nil
+		spec := &k.kind.template(stripped).Spec
+		// The same skips as at admission: a sidecar here would take over
+		// the workload's own container or volume (and removing it later
+		// would delete that), leave the workload unable to create pods,
+		// or one container unable to bind.
+		skip = tmpl.Clash(spec)
+		if skip == "" {
+			skip = tmpl.PortClash(spec)
 		}
-		// The same skips as for pods: a sidecar here would leave the
-		// Deployment unable to create pods, or one container unable to bind.
-		skip := tmpl.PortClash(&stripped.Spec.Template.Spec)
-		if stripped.Spec.Template.Spec.HostNetwork {
+		if spec.HostNetwork {
 			skip = envoy.HostNetworkSkip
 		}
-		if skip != "" {
-			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonSkipped, "Envoy sidecar not injected: %s", skip)
-			logger.Info("Envoy sidecar not injected", "reason", skip)
-			if injected == "" {
-				return nil
+		if skip == "" {
+			add, err := tmpl.Patch(spec, k.kind.path...)
+			if err != nil {
+				return err
 			}
-			tmpl = nil // take out what an earlier injection added
+			if modified, err = envoy.Merge(modified, k.kind.newObject(), add); err != nil {
+				return err
+			}
 		}
 	}
-	if tmpl != nil {
-		stripped := &appsv1.Deployment{}
-		if err := json.Unmarshal(modified, stripped); err != nil {
-			return err
-		}
-		add, err := tmpl.Patch(&stripped.Spec.Template.Spec, "spec", "template")
+	// The skip reason lives on the workload itself, as admission leaves
+	// it, and says it once: the Event is recorded only when the reason
+	// changes, not on every status update of the workload.
+	annotations := map[string]any{}
+	switch had := m.GetAnnotations()[envoy.Skipped]; {
+	case skip != "" && had != skip:
+		annotations[envoy.Skipped] = skip
+	case skip == "" && tmpl != nil && had != "":
+		annotations[envoy.Skipped] = nil
+	}
+	if len(annotations) > 0 {
+		set, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 		if err != nil {
 			return err
 		}
-		if modified, err = envoy.Merge(modified, appsv1.Deployment{}, add); err != nil {
+		if modified, err = envoy.Merge(modified, k.kind.newObject(), set); err != nil {
 			return err
 		}
 	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(original, modified, appsv1.Deployment{})
+	patch, err := strategicpatch.CreateTwoWayMergePatch(original, modified, k.kind.newObject())
 	if err != nil {
 		return fmt.Errorf("computing the patch: %w", err)
 	}
-	if _, err := c.kube.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching deployment: %w", err)
+	if string(patch) == "{}" {
+		return nil
+	}
+	if err := k.kind.patch(ctx, m.GetNamespace(), m.GetName(), patch); err != nil {
+		return fmt.Errorf("patching %s: %w", strings.ToLower(k.kind.Name), err)
+	}
+	if skip != "" {
+		k.c.recorder.Eventf(w, corev1.EventTypeWarning, ReasonSkipped, "Envoy sidecar not injected: %s", skip)
+		logger.Info("Envoy sidecar not injected", "reason", skip)
 	}
 	switch {
-	case tmpl == nil:
-		c.recorder.Event(d, corev1.EventTypeNormal, ReasonRemoved, "Removed the envoy sidecar")
+	case injected != "" && (tmpl == nil || skip != ""):
+		k.c.recorder.Event(w, corev1.EventTypeNormal, ReasonRemoved, "Removed the envoy sidecar")
 		logger.Info("Removed the envoy sidecar")
+	case skip != "" || tmpl == nil:
 	case injected == "":
-		c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonInjected, "Injected the envoy sidecar from %s", tmpl.Source)
+		k.c.recorder.Eventf(w, corev1.EventTypeNormal, ReasonInjected, "Injected the envoy sidecar from %s", tmpl.Source)
 		logger.Info("Injected the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	default:
-		c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonUpdated, "Updated the envoy sidecar from %s", tmpl.Source)
+		k.c.recorder.Eventf(w, corev1.EventTypeNormal, ReasonUpdated, "Updated the envoy sidecar from %s", tmpl.Source)
 		logger.Info("Updated the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	}
 	return nil

@@ -4,13 +4,16 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -19,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/envoy"
@@ -41,24 +45,27 @@ func newFixture(t *testing.T, o Options, objects ...runtime.Object) *fixture {
 	t.Helper()
 	f := &fixture{client: fake.NewClientset(objects...), recorder: record.NewFakeRecorder(100)}
 	factory := kubeinformers.NewSharedInformerFactory(f.client, 0)
-	deployments, namespaces, configMaps := factory.Apps().V1().Deployments(), factory.Core().V1().Namespaces(), factory.Core().V1().ConfigMaps()
+	namespaces, configMaps := factory.Core().V1().Namespaces(), factory.Core().V1().ConfigMaps()
 	o.OperatorNamespace, o.Workers = operatorNamespace, 1
 	var err error
-	f.controller, err = New(context.Background(), f.client, deployments, namespaces, configMaps, f.recorder, metrics.New(), o)
+	f.controller, err = New(context.Background(), Kinds(f.client, factory), namespaces, configMaps, f.recorder, metrics.New(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hasNamespaces := slices.ContainsFunc(objects, func(obj runtime.Object) bool { _, ok := obj.(*corev1.Namespace); return ok })
 	for _, obj := range objects {
-		if d, ok := obj.(*appsv1.Deployment); ok && !hasNamespaces {
-			err = namespaces.Informer().GetIndexer().Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.Namespace}})
+		if m, err := meta.Accessor(obj); err == nil && !hasNamespaces && obj.GetObjectKind() != nil && isWorkload(obj) {
+			err = namespaces.Informer().GetIndexer().Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.GetNamespace()}})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch o := obj.(type) {
-		case *appsv1.Deployment:
-			err = deployments.Informer().GetIndexer().Add(o)
+		case *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.DaemonSet, *appsv1.ReplicaSet, *batchv1.CronJob:
+			err = f.kind(t, o).kind.informer.GetIndexer().Add(o)
 		case *corev1.Namespace:
 			err = namespaces.Informer().GetIndexer().Add(o)
 		case *corev1.ConfigMap:
@@ -71,6 +78,45 @@ func newFixture(t *testing.T, o Options, objects ...runtime.Object) *fixture {
 	f.client.ClearActions()
 	return f
 }
+
+func isWorkload(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.DaemonSet, *appsv1.ReplicaSet, *batchv1.CronJob:
+		return true
+	}
+	return false
+}
+
+// kind is the controller of obj's kind.
+func (f *fixture) kind(t *testing.T, obj runtime.Object) *kindController {
+	t.Helper()
+	for _, k := range f.controller.kinds {
+		if reflect.TypeOf(k.kind.newObject()) == reflect.TypeOf(obj) {
+			return k
+		}
+	}
+	t.Fatalf("no controller for %T", obj)
+	return nil
+}
+
+// asKind is the workload of kind with d's metadata and pod template: the
+// cases are written once, for Deployments, and run for every kind.
+func asKind(d *appsv1.Deployment, kind string) runtime.Object {
+	switch kind {
+	case "StatefulSet":
+		return &appsv1.StatefulSet{ObjectMeta: d.ObjectMeta, Spec: appsv1.StatefulSetSpec{Template: d.Spec.Template}}
+	case "DaemonSet":
+		return &appsv1.DaemonSet{ObjectMeta: d.ObjectMeta, Spec: appsv1.DaemonSetSpec{Template: d.Spec.Template}}
+	case "ReplicaSet":
+		return &appsv1.ReplicaSet{ObjectMeta: d.ObjectMeta, Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
+	case "CronJob":
+		return &batchv1.CronJob{ObjectMeta: d.ObjectMeta, Spec: batchv1.CronJobSpec{
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: d.Spec.Template}}}}
+	}
+	return d
+}
+
+var kindNames = []string{"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "CronJob"}
 
 const sidecar = `containers:
   - name: envoy
@@ -141,26 +187,26 @@ func injected(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap) *appsv1.
 	return apply(t, d, patch)
 }
 
-func apply(t *testing.T, d *appsv1.Deployment, patch []byte) *appsv1.Deployment {
+func apply[T runtime.Object](t *testing.T, obj T, patch []byte) T {
 	t.Helper()
-	original, err := json.Marshal(d)
+	original, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.Deployment{})
+	out := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(T)
+	merged, err := strategicpatch.StrategicMergePatch(original, patch, out)
 	if err != nil {
 		t.Fatalf("applying %s: %v", patch, err)
 	}
-	out := &appsv1.Deployment{}
 	if err := json.Unmarshal(merged, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func containers(d *appsv1.Deployment) []string {
+func containers(spec *corev1.PodSpec) []string {
 	var names []string
-	for _, c := range d.Spec.Template.Spec.Containers {
+	for _, c := range spec.Containers {
 		names = append(names, c.Name)
 	}
 	return names
@@ -170,7 +216,8 @@ func TestSync(t *testing.T) {
 	tests := []struct {
 		name    string
 		objects func(t *testing.T) []runtime.Object
-		reactor func(*fake.Clientset)
+		// reactor is given the resource of the kind under test.
+		reactor func(c *fake.Clientset, resource string)
 		// namespace of the Deployment web; "" is ns.
 		namespace string
 		options   Options
@@ -179,7 +226,9 @@ func TestSync(t *testing.T) {
 		wantEvents     []string
 		// wantInEvents must be in every Event's message.
 		wantInEvents []string
-		wantOutcome  string
+		// wantSkipped must be in the skip annotation after the patch.
+		wantSkipped string
+		wantOutcome string
 	}{{
 		name:           "opted in, template in its namespace: injected",
 		objects:        func(*testing.T) []runtime.Object { return []runtime.Object{deployment(true), template("ns", sidecar)} },
@@ -239,24 +288,55 @@ func TestSync(t *testing.T) {
 		wantEvents:  []string{"Warning " + ReasonInvalidTemplate, "Warning " + ReasonInvalidTemplate},
 		wantOutcome: metrics.ResultSuccess,
 	}, {
-		name: "the workload has a container of the template's name: refused",
+		name: "the workload has a container of the template's name: skipped, the reason on the workload",
 		objects: func(*testing.T) []runtime.Object {
 			d := deployment(true)
 			d.Spec.Template.Spec.Containers[0].Name = "envoy"
 			return []runtime.Object{d, template("ns", sidecar)}
 		},
-		wantEvents:  []string{"Warning " + ReasonNameConflict},
-		wantOutcome: metrics.ResultSuccess,
+		wantContainers: []string{"envoy"},
+		wantEvents:     []string{"Warning " + ReasonSkipped},
+		wantSkipped:    `already has a container "envoy"`,
+		wantOutcome:    metrics.ResultSuccess,
 	}, {
-		name: "hostNetwork: skipped with a Warning, no patch (the sidecar's ports would be the node's)",
+		name: "hostNetwork: skipped with a Warning and the reason on the workload, the pod template untouched (the sidecar's ports would be the node's)",
 		objects: func(*testing.T) []runtime.Object {
 			d := deployment(true)
 			d.Spec.Template.Spec.HostNetwork = true
 			return []runtime.Object{d, template("ns", sidecar)}
 		},
-		wantEvents:   []string{"Warning " + ReasonSkipped},
-		wantInEvents: []string{"hostNetwork"},
-		wantOutcome:  metrics.ResultSuccess,
+		wantContainers: []string{"app"},
+		wantEvents:     []string{"Warning " + ReasonSkipped},
+		wantInEvents:   []string{"hostNetwork"},
+		wantSkipped:    "hostNetwork",
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "skipped before for the same reason: no patch, no Event (workloads are synced on every status update)",
+		objects: func(*testing.T) []runtime.Object {
+			d := deployment(true)
+			d.Spec.Template.Spec.HostNetwork = true
+			d.Annotations[envoy.Skipped] = envoy.HostNetworkSkip
+			return []runtime.Object{d, template("ns", sidecar)}
+		},
+		wantOutcome: metrics.ResultSuccess,
+	}, {
+		name: "skipped before, injectable now: injected, the skip reason gone",
+		objects: func(*testing.T) []runtime.Object {
+			d := deployment(true)
+			d.Annotations[envoy.Skipped] = envoy.HostNetworkSkip
+			return []runtime.Object{d, template("ns", sidecar)}
+		},
+		wantContainers: []string{"app", "envoy"},
+		wantEvents:     []string{"Normal " + ReasonInjected},
+		wantOutcome:    metrics.ResultSuccess,
+	}, {
+		name: "made by a controller (a Deployment's ReplicaSet, say): left alone, its template is its owner's",
+		objects: func(*testing.T) []runtime.Object {
+			d := deployment(true)
+			d.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "owner", UID: "u", Controller: ptr.To(true)}}
+			return []runtime.Object{d, template("ns", sidecar)}
+		},
+		wantOutcome: metrics.ResultSuccess,
 	}, {
 		name: "became hostNetwork after the injection: the sidecar is taken out",
 		objects: func(t *testing.T) []runtime.Object {
@@ -267,6 +347,7 @@ func TestSync(t *testing.T) {
 		},
 		wantContainers: []string{"app"},
 		wantEvents:     []string{"Warning " + ReasonSkipped, "Normal " + ReasonRemoved},
+		wantSkipped:    "hostNetwork",
 		wantOutcome:    metrics.ResultSuccess,
 	}, {
 		name: "the sidecar's port is the application's: skipped with a Warning naming both containers and the port",
@@ -275,9 +356,11 @@ func TestSync(t *testing.T) {
 			d.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}}
 			return []runtime.Object{d, template("ns", strings.Replace(sidecar, "    image: lyft", "    ports: [{containerPort: 80}]\n    image: lyft", 1))}
 		},
-		wantEvents:   []string{"Warning " + ReasonSkipped},
-		wantInEvents: []string{`port 80/TCP of container "envoy"`, `the pod's container "app"`},
-		wantOutcome:  metrics.ResultSuccess,
+		wantContainers: []string{"app"},
+		wantEvents:     []string{"Warning " + ReasonSkipped},
+		wantInEvents:   []string{`port 80/TCP of container "envoy"`, `the pod's container "app"`},
+		wantSkipped:    `port 80/TCP of container "envoy"`,
+		wantOutcome:    metrics.ResultSuccess,
 	}, {
 		name: "a namespace's template the policy refuses: Warnings naming the ConfigMap and the field, no patch",
 		objects: func(*testing.T) []runtime.Object {
@@ -362,9 +445,9 @@ func TestSync(t *testing.T) {
 	}, {
 		name:    "patch finds the Deployment gone: not retried",
 		objects: func(*testing.T) []runtime.Object { return []runtime.Object{deployment(true), template("ns", sidecar)} },
-		reactor: func(c *fake.Clientset) {
-			c.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewNotFound(appsv1.Resource("deployments"), "web")
+		reactor: func(c *fake.Clientset, resource string) {
+			c.PrependReactor("patch", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(appsv1.Resource(resource), "web")
 			})
 		},
 		wantContainers: []string{"app", "envoy"},
@@ -372,8 +455,8 @@ func TestSync(t *testing.T) {
 	}, {
 		name:    "patch fails: retried",
 		objects: func(*testing.T) []runtime.Object { return []runtime.Object{deployment(true), template("ns", sidecar)} },
-		reactor: func(c *fake.Clientset) {
-			c.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reactor: func(c *fake.Clientset, resource string) {
+			c.PrependReactor("patch", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, apierrors.NewServiceUnavailable("injected")
 			})
 		},
@@ -381,70 +464,84 @@ func TestSync(t *testing.T) {
 		wantOutcome:    metrics.ResultError,
 	}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			objects := tt.objects(t)
-			f := newFixture(t, tt.options, objects...)
-			if tt.reactor != nil {
-				tt.reactor(f.client)
-			}
+		for _, kind := range kindNames {
+			t.Run(kind+"/"+tt.name, func(t *testing.T) {
+				objects := tt.objects(t)
+				objects[0] = asKind(objects[0].(*appsv1.Deployment), kind)
+				f := newFixture(t, tt.options, objects...)
+				k := f.kind(t, objects[0])
+				if tt.reactor != nil {
+					tt.reactor(f.client, strings.ToLower(kind)+"s")
+				}
 
-			name := cache.NewObjectName(cmp.Or(tt.namespace, "ns"), "web")
-			err := f.controller.sync(context.Background(), name)
+				name := cache.NewObjectName(cmp.Or(tt.namespace, "ns"), "web")
+				err := k.sync(context.Background(), name)
 
-			if got := runner.Outcome(err, name); got != tt.wantOutcome {
-				t.Errorf("outcome %s (%v), want %s", got, err, tt.wantOutcome)
-			}
-			var patched *appsv1.Deployment
-			for _, a := range f.client.Actions() {
-				p, ok := a.(k8stesting.PatchAction)
-				if !ok {
-					t.Errorf("unexpected request %s %s", a.GetVerb(), a.GetResource().Resource)
-					continue
+				if got := runner.Outcome(err, name); got != tt.wantOutcome {
+					t.Errorf("outcome %s (%v), want %s", got, err, tt.wantOutcome)
 				}
-				if patched != nil {
-					t.Errorf("a second patch: %s", p.GetPatch())
+				var patched runtime.Object
+				for _, a := range f.client.Actions() {
+					p, ok := a.(k8stesting.PatchAction)
+					if !ok || a.GetResource().Resource != strings.ToLower(kind)+"s" {
+						t.Errorf("unexpected request %s %s", a.GetVerb(), a.GetResource().Resource)
+						continue
+					}
+					if patched != nil {
+						t.Errorf("a second patch: %s", p.GetPatch())
+					}
+					patched = apply(t, objects[0], p.GetPatch())
 				}
-				patched = apply(t, objects[0].(*appsv1.Deployment), p.GetPatch())
-			}
-			switch {
-			case tt.wantContainers == nil && patched != nil:
-				t.Errorf("patched to %q, want no patch", containers(patched))
-			case tt.wantContainers != nil && patched == nil:
-				t.Errorf("no patch, want containers %q", tt.wantContainers)
-			case patched != nil:
-				if got := containers(patched); !slices.Equal(got, tt.wantContainers) {
-					t.Errorf("containers %q, want %q", got, tt.wantContainers)
-				}
-				if removed := slices.Equal(tt.wantContainers, []string{"app"}); removed != (patched.Spec.Template.Annotations[envoy.Injected] == "") {
-					t.Errorf("injection record %q after the patch", patched.Spec.Template.Annotations[envoy.Injected])
-				}
-			}
-			var events []string
-			for len(f.recorder.Events) > 0 {
-				event := <-f.recorder.Events
-				fields := strings.Fields(event)
-				events = append(events, fields[0]+" "+fields[1])
-				for _, want := range tt.wantInEvents {
-					if !strings.Contains(event, want) {
-						t.Errorf("Event %q does not say %q", event, want)
+				switch {
+				case tt.wantContainers == nil && patched != nil:
+					t.Errorf("patched to %q, want no patch", containers(&k.kind.template(patched).Spec))
+				case tt.wantContainers != nil && patched == nil:
+					t.Errorf("no patch, want containers %q", tt.wantContainers)
+				case patched != nil:
+					podTemplate := k.kind.template(patched)
+					if got := containers(&podTemplate.Spec); !slices.Equal(got, tt.wantContainers) {
+						t.Errorf("containers %q, want %q", got, tt.wantContainers)
+					}
+					wantRecord := tt.wantSkipped == "" && !slices.Equal(tt.wantContainers, []string{"app"})
+					if wantRecord != (podTemplate.Annotations[envoy.Injected] != "") {
+						t.Errorf("injection record %q after the patch", podTemplate.Annotations[envoy.Injected])
+					}
+					m, _ := meta.Accessor(patched)
+					if got := m.GetAnnotations()[envoy.Skipped]; !strings.Contains(got, tt.wantSkipped) || (got == "") != (tt.wantSkipped == "") {
+						t.Errorf("skip annotation %q, want one saying %q", got, tt.wantSkipped)
 					}
 				}
-			}
-			if !slices.Equal(events, tt.wantEvents) {
-				t.Errorf("Events %q, want %q", events, tt.wantEvents)
-			}
-		})
+				var events []string
+				for len(f.recorder.Events) > 0 {
+					event := <-f.recorder.Events
+					fields := strings.Fields(event)
+					events = append(events, fields[0]+" "+fields[1])
+					for _, want := range tt.wantInEvents {
+						if !strings.Contains(event, want) {
+							t.Errorf("Event %q does not say %q", event, want)
+						}
+					}
+				}
+				if !slices.Equal(events, tt.wantEvents) {
+					t.Errorf("Events %q, want %q", events, tt.wantEvents)
+				}
+			})
+		}
 	}
 }
 
-// Deployments of kube-system and of the operator's namespace are not even
-// queued; a namespace that loses its opt-out label has its Deployments
-// queued again.
+// Workloads of kube-system and of the operator's namespace, and those a
+// controller made, are not even queued; a namespace that loses its opt-out
+// label has its workloads queued again.
 func TestQueued(t *testing.T) {
 	f := newFixture(t, Options{}, deployment(true), optedOutNamespace("ns"))
+	k := f.kind(t, deployment(true))
 	for _, namespace := range []string{metav1.NamespaceSystem, operatorNamespace} {
-		f.controller.enqueueDeployment(inNamespace(deployment(true), namespace))
+		k.enqueue(inNamespace(deployment(true), namespace))
 	}
+	owned := deployment(true)
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Owner", Name: "o", UID: "u", Controller: ptr.To(true)}}
+	k.enqueue(owned)
 	if n := f.controller.Len(); n != 0 {
 		t.Fatalf("%d queued, want none", n)
 	}

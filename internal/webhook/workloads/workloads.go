@@ -49,6 +49,9 @@ type workload struct {
 	template *corev1.PodTemplateSpec
 	// path is the JSON pointer of the pod template.
 	path string
+	// templateMutable is false for Jobs: the API server refuses an update
+	// that changes their pod template.
+	templateMutable bool
 }
 
 // decode reads the workload of req by its kind; the webhook's rules ask
@@ -59,22 +62,22 @@ func decode(req *admissionv1.AdmissionRequest) (workload, error) {
 	switch req.Kind {
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}:
 		o := &appsv1.Deployment{}
-		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template", true}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}:
 		o := &appsv1.StatefulSet{}
-		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template", true}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}:
 		o := &appsv1.DaemonSet{}
-		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template", true}, into(o)
 	case metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}:
 		o := &appsv1.ReplicaSet{}
-		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template", true}, into(o)
 	case metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}:
 		o := &batchv1.Job{}
-		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.Template, "/spec/template", false}, into(o)
 	case metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}:
 		o := &batchv1.CronJob{}
-		return workload{o, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template, "/spec/jobTemplate/spec/template"}, into(o)
+		return workload{o, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template, "/spec/jobTemplate/spec/template", true}, into(o)
 	}
 	return workload{}, fmt.Errorf("not a workload netop injects into: %s", req.Kind.String())
 }
@@ -92,7 +95,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		w.meta.Namespace = req.Namespace
 	}
 	logger := klog.FromContext(ctx).WithValues("kind", req.Kind.Kind, "workload", klog.KRef(w.meta.Namespace, req.Name))
-	if w.meta.Annotations[envoy.OptIn] != "true" {
+	if w.meta.Annotations[envoy.OptIn] != "true" || req.Operation == admissionv1.Update && !w.templateMutable {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 	if owner := metav1.GetControllerOfNoCopy(w.meta); owner != nil {

@@ -220,3 +220,21 @@ func TestControlledWorkloadsAreLeftAlone(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A Job's pod template cannot change once the Job exists: an update of an
+// opted-in Job that was not injected at its creation (made while the
+// webhook was down) is left as it is, or the API server would refuse it.
+func TestJobUpdateIsNotInjected(t *testing.T) {
+	raw, err := json.Marshal(&batchv1.Job{ObjectMeta: optIn, Spec: batchv1.JobSpec{Template: podTemplate(8080, false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := injector(t).Admit(context.Background(), &admissionv1.AdmissionRequest{
+		Operation: admissionv1.Update, Namespace: "ns", Name: "w",
+		Kind:   metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"},
+		Object: runtime.RawExtension{Raw: raw}, OldObject: runtime.RawExtension{Raw: raw},
+	})
+	if !resp.Allowed || len(resp.Patch) != 0 {
+		t.Fatalf("Job update: allowed %v, patch %s", resp.Allowed, resp.Patch)
+	}
+}
