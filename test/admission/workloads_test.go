@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -164,17 +165,7 @@ func TestWorkloadKindsSidecarLifecycle(t *testing.T) {
 			optIn := func(name string) metav1.ObjectMeta {
 				return metav1.ObjectMeta{Name: name, Annotations: map[string]string{envoy.OptIn: "true"}}
 			}
-			// The webhook reads templates from a cache: a dry run shows
-			// when it has the one just made.
-			testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
-				dry, err := env.Kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: optIn("dry"),
-					Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "dry"}}, Template: podTemplateOf("dry", 8080)}},
-					metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-				if err != nil {
-					return false, err.Error()
-				}
-				return len(dry.Spec.Template.Spec.Containers) == 2, "the webhook has not seen the template yet"
-			})
+			waitTemplateSeen(t, env, ns)
 
 			created, err := k.create(t.Context(), k.make(optIn("w"), podTemplateOf("w", 8080)))
 			if err != nil {
@@ -255,6 +246,22 @@ func TestWorkloadKindsSidecarLifecycle(t *testing.T) {
 	}
 }
 
+// waitTemplateSeen waits until the workload webhook, which reads templates
+// from a cache, has the one just made in ns: a dry run shows it.
+func waitTemplateSeen(t *testing.T, env *testenv.Env, ns string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		dry, err := env.Kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "dry", Annotations: map[string]string{envoy.OptIn: "true"}},
+			Spec:       appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "dry"}}, Template: podTemplateOf("dry", 8080)}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(dry.Spec.Template.Spec.Containers) == 2, "the webhook has not seen the template yet"
+	})
+}
+
 // waitPodsCarry waits for a pod of the workload obj with the containers
 // want (space-separated names). A CronJob's pods come from a Job made from
 // it, as `kubectl create job --from=cronjob/NAME` makes one; a DaemonSet
@@ -276,8 +283,17 @@ func waitPodsCarry(t *testing.T, env *testenv.Env, ns string, k workloadKind, ob
 			t.Fatal(err)
 		}
 	}
+	// A Job's pods are labelled with its name; the others' with their
+	// template's labels.
+	selector := labels.SelectorFromSet(k.template(obj).Labels).String()
+	switch k.name {
+	case "Job":
+		selector = batchv1.JobNameLabel + "=" + m.GetName()
+	case "CronJob":
+		selector = batchv1.JobNameLabel + "=" + m.GetName() + "-manual"
+	}
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + m.GetName()})
+		pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(pods.Items) == 0 {
 			return false, fmt.Sprintf("no pod of %s %s yet (%v)", k.name, m.GetName(), err)
 		}
