@@ -243,4 +243,3 @@ func oneReplica(obj runtime.Object) {
 		o.Spec.Replicas = one
 	}
 }
-

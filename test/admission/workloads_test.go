@@ -57,7 +57,9 @@ func kindOf[T runtime.Object](name string, client typedClient[T], make func(meta
 		create: func(ctx context.Context, obj runtime.Object) (runtime.Object, error) {
 			return client.Create(ctx, obj.(T), metav1.CreateOptions{})
 		},
-		get: func(ctx context.Context, name string) (runtime.Object, error) { return client.Get(ctx, name, metav1.GetOptions{}) },
+		get: func(ctx context.Context, name string) (runtime.Object, error) {
+			return client.Get(ctx, name, metav1.GetOptions{})
+		},
 		update: func(ctx context.Context, obj runtime.Object) (runtime.Object, error) {
 			return client.Update(ctx, obj.(T), metav1.UpdateOptions{})
 		},
