@@ -32,6 +32,8 @@ import (
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	kcmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	pkiutil "github.com/netop-dev/netop/internal/pki"
 )
@@ -67,6 +69,8 @@ type ControlPlane struct {
 	// closed.
 	stopControllerManager context.CancelFunc
 	controllerManagerDone chan struct{}
+	stopScheduler         context.CancelFunc
+	schedulerDone         chan struct{}
 	stopAPIServer         context.CancelFunc
 	apiServerDone         chan struct{}
 	apiServerErr          error
@@ -90,7 +94,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	for _, sub := range []string{"", "etcd", "logs", "pki", "controller-manager"} {
+	for _, sub := range []string{"", "etcd", "logs", "pki", "controller-manager", "scheduler"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("creating data directory: %w", err)
 		}
@@ -139,6 +143,13 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.startControllerManager(ctx, p, kcmKubeconfig); err != nil {
 		return nil, err
 	}
+	schedulerKubeconfig := filepath.Join(dir, "scheduler", "kubeconfig")
+	if err := cp.writeKubeconfig(schedulerKubeconfig, p, schedulerUser); err != nil {
+		return nil, err
+	}
+	if err := cp.startScheduler(ctx, schedulerKubeconfig); err != nil {
+		return nil, err
+	}
 	return cp, nil
 }
 
@@ -148,6 +159,11 @@ func (cp *ControlPlane) AdminConfig() *rest.Config { return rest.CopyConfig(cp.a
 // Stop shuts the components down in reverse order of start and waits for
 // them. It is safe to call more than once.
 func (cp *ControlPlane) Stop() {
+	if cp.stopScheduler != nil {
+		cp.stopScheduler()
+		<-cp.schedulerDone
+		cp.stopScheduler = nil
+	}
 	if cp.stopControllerManager != nil {
 		cp.stopControllerManager()
 		<-cp.controllerManagerDone
@@ -437,6 +453,56 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, p *pki, kube
 		defer close(cp.controllerManagerDone)
 		if err := kcmapp.Run(runCtx, c.Complete()); err != nil && runCtx.Err() == nil {
 			logger.Error(err, "kube-controller-manager stopped")
+		}
+	}()
+	return nil
+}
+
+// startScheduler runs kube-scheduler, so that pods without a nodeName get
+// one, as on any cluster. It serves nothing (--secure-port=0): nobody
+// scrapes it here.
+func (cp *ControlPlane) startScheduler(ctx context.Context, kubeconfig string) error {
+	opts := scheduleroptions.NewOptions()
+	fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
+	for _, f := range opts.Flags.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("kube-scheduler flags: %w", err)
+	}
+	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
+		return fmt.Errorf("kube-scheduler feature gates: %w", err)
+	}
+	var err error
+	if opts.InformerName, err = cache.NewInformerName(fmt.Sprintf("kube-scheduler-%d", instances.Load())); err != nil {
+		return err
+	}
+	logger, err := cp.logger("kube-scheduler")
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
+	cc, sched, err := schedulerapp.Setup(runCtx, opts)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("kube-scheduler: %w", err)
+	}
+	// A scheduler stopped earlier in this process left its configz entry
+	// behind, and Run refuses to register it twice.
+	configz.Delete("componentconfig")
+	cp.stopScheduler = cancel
+	cp.schedulerDone = make(chan struct{})
+	go func() {
+		defer close(cp.schedulerDone)
+		if err := schedulerapp.Run(runCtx, cc, sched); err != nil && runCtx.Err() == nil {
+			logger.Error(err, "kube-scheduler stopped")
 		}
 	}()
 	return nil

@@ -17,7 +17,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	pkiutil "github.com/netop-dev/netop/internal/pki"
@@ -96,6 +98,7 @@ func TestEtcdRequiresClientCertificates(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the API server does not read from etcd: %v", err)
 	}
+	checkScheduler(t, kube)
 	etcdURL, err := url.Parse(cp.etcdURL)
 	if err != nil || etcdURL.Scheme != "https" {
 		t.Fatalf("etcd serves on %q, want https", cp.etcdURL)
@@ -235,4 +238,37 @@ func certOfAnotherCA(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return pair
+}
+
+// checkScheduler: a pod without a node is looked at by kube-scheduler,
+// which finds no node for it yet (nodes come with the standalone's node).
+func checkScheduler(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "unscheduled"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		// The default ServiceAccount comes from kube-controller-manager.
+		_, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("creating a pod: %v", err)
+	}
+	var last []corev1.PodCondition
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().Pods("default").Get(ctx, "unscheduled", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = got.Status.Conditions
+		for _, c := range got.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("kube-scheduler did not look at the pod: conditions %+v: %v", last, err)
+	}
 }

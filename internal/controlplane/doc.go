@@ -1,6 +1,6 @@
 // Package controlplane runs a real Kubernetes control plane inside the
-// calling process: etcd (embedded), kube-apiserver and
-// kube-controller-manager, all on 127.0.0.1.
+// calling process: etcd (embedded), kube-apiserver, kube-controller-manager
+// and kube-scheduler, all on 127.0.0.1.
 //
 // It is what netop-standalone and the tests run on. It keeps its state,
 // certificates, tokens and listening ports in a data directory and reuses

@@ -44,6 +44,7 @@ const (
 const (
 	adminUser             = "netop-admin"
 	controllerManagerUser = "system:kube-controller-manager"
+	schedulerUser         = "system:kube-scheduler"
 )
 
 type pki struct {
@@ -203,6 +204,7 @@ func (p *pki) ensureTokens() error {
 	users := []struct{ name, groups string }{
 		{adminUser, "system:masters"},
 		{controllerManagerUser, ""},
+		{schedulerUser, ""},
 	}
 	p.tokens = map[string]string{}
 	if data, err := os.ReadFile(p.path(tokenFile)); err == nil {
