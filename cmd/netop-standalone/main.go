@@ -1,26 +1,36 @@
-// Command netop-standalone runs a whole Kubernetes control plane (etcd,
-// kube-apiserver, kube-controller-manager) and the netop operator in one
-// process, so that a newcomer can kubectl apply a Network within seconds.
+// Command netop-standalone runs a whole single-node Kubernetes (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler in process; a
+// private containerd and a kubelet as child processes) and the netop
+// operator, so that a newcomer can kubectl apply a Network and kubectl run
+// a pod within seconds, offline.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
+	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/operator"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == kubeletCommand {
+		runKubelet(os.Args[2:])
+	}
 	if err := newCommand().Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -28,8 +38,9 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var (
-		dataDir string
-		port    int
+		dataDir  string
+		port     int
+		nodeOpts nodeOptions
 	)
 	logOpts := logging.NewOptions()
 	opts := operator.NewOptions()
@@ -56,18 +67,36 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			ctx = klog.NewContext(ctx, logger)
-			return run(ctx, cmd, dataDir, port, opts)
+			return run(ctx, cmd, dataDir, port, nodeOpts, opts)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".netop", "Directory for the control plane's state, certificates, kubeconfig and logs. Reused on restart.")
 	cmd.Flags().IntVar(&port, "apiserver-port", 0, "Port of the API server on 127.0.0.1 when the data directory has none recorded yet (0: any free port).")
+	hostname, _ := os.Hostname()
+	cmd.Flags().BoolVar(&nodeOpts.enabled, "node", true, "Run a node (containerd and a kubelet) so that pods run. Where it cannot run, the standalone says what is missing and runs without one.")
+	cmd.Flags().StringVar(&nodeOpts.name, "node-name", strings.ToLower(hostname), "Name of the node.")
 	logOpts.AddFlags(cmd.Flags())
 	opts.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts *operator.Options) error {
+type nodeOptions struct {
+	enabled bool
+	name    string
+}
+
+func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, nodeOpts nodeOptions, opts *operator.Options) error {
 	logger := klog.FromContext(ctx)
+	started := time.Now()
+	if nodeOpts.enabled {
+		if err := node.Check(); err != nil {
+			logger.Info("Running without a node: pods will be stored but not run", "reason", err.Error())
+			nodeOpts.enabled = false
+		}
+	}
+	if nodeOpts.enabled && nodeOpts.name == "" {
+		return errors.New("--node-name: the host has no name; give one")
+	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
@@ -78,7 +107,11 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 		return err
 	}
 	defer closeBackend()
-	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dataDir, APIServerPort: port})
+	cpConfig := controlplane.Config{DataDir: dataDir, APIServerPort: port}
+	if nodeOpts.enabled {
+		cpConfig.NodeName = nodeOpts.name
+	}
+	cp, err := controlplane.Start(ctx, cpConfig)
 	if err != nil {
 		return err
 	}
@@ -95,7 +128,18 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 	if opts.WebhookCertDir == "" {
 		opts.WebhookCertDir = filepath.Join(cp.DataDir, "webhook")
 	}
-	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs")
+	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
+	if nodeOpts.enabled {
+		n, err := startNode(ctx, cp, nodeOpts, opts.Netns, started)
+		if err != nil {
+			logger.Error(err, "Running without a node: pods will be stored but not run")
+		} else {
+			defer func() {
+				logger.Info("Stopping the node")
+				n.Stop(context.WithoutCancel(ctx))
+			}()
+		}
+	}
 	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath); err != nil {
 		return fmt.Errorf("printing the kubeconfig line: %w", err)
 	}
@@ -104,4 +148,31 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, opts
 		return err
 	}
 	return op.Run(ctx)
+}
+
+// startNode runs containerd and the kubelet and waits for the Node to be
+// Ready.
+func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, netns string, started time.Time) (*node.Node, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to run the kubelet: %w", err)
+	}
+	n, err := node.Start(ctx, node.Config{DataDir: cp.DataDir, Name: o.name, Kubeconfig: cp.NodeKubeconfigPath,
+		ClientCAFile: cp.CACertPath, Netns: netns, Executable: self})
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		n.Stop(ctx)
+		return nil, err
+	}
+	ready, err := n.WaitReady(ctx, kube, 2*time.Minute)
+	if err != nil {
+		n.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Node ready", "node", ready.Name, "containerRuntime", ready.Status.NodeInfo.ContainerRuntimeVersion,
+		"kubelet", ready.Status.NodeInfo.KubeletVersion, "after", time.Since(started).Round(time.Millisecond))
+	return n, nil
 }

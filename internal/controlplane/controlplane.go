@@ -46,6 +46,9 @@ type Config struct {
 	// none recorded yet; 0 picks a free one. A port recorded by an earlier
 	// start always wins, so that existing kubeconfigs stay valid.
 	APIServerPort int
+	// NodeName, if set, gets a kubelet identity (system:node:NAME) and a
+	// kubeconfig for it at NodeKubeconfigPath.
+	NodeName string
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager.
@@ -56,6 +59,11 @@ type ControlPlane struct {
 	KubeconfigPath string
 	// URL is the API server's address, https://127.0.0.1:PORT.
 	URL string
+	// NodeKubeconfigPath is DIR/node/kubeconfig, the kubelet's, when
+	// Config.NodeName is set.
+	NodeKubeconfigPath string
+	// CACertPath is the cluster CA's certificate.
+	CACertPath string
 
 	adminConfig *rest.Config
 	logFiles    []*os.File
@@ -109,10 +117,15 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.redirectKlog(); err != nil {
 		return nil, err
 	}
-	p, err := ensurePKI(filepath.Join(dir, "pki"))
+	var nodes []string
+	if cfg.NodeName != "" {
+		nodes = append(nodes, cfg.NodeName)
+	}
+	p, err := ensurePKI(filepath.Join(dir, "pki"), nodes...)
 	if err != nil {
 		return nil, err
 	}
+	cp.CACertPath = p.path(caCertFile)
 	pp, err := ensurePorts(filepath.Join(dir, "ports.json"), cfg.APIServerPort)
 	if err != nil {
 		return nil, err
@@ -124,6 +137,15 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	if err := cp.writeKubeconfig(cp.KubeconfigPath, p, adminUser); err != nil {
 		return nil, err
+	}
+	if cfg.NodeName != "" {
+		cp.NodeKubeconfigPath = filepath.Join(dir, "node", "kubeconfig")
+		if err := os.MkdirAll(filepath.Dir(cp.NodeKubeconfigPath), 0o700); err != nil {
+			return nil, err
+		}
+		if err := cp.writeKubeconfig(cp.NodeKubeconfigPath, p, NodeUser(cfg.NodeName)); err != nil {
+			return nil, err
+		}
 	}
 	kcmKubeconfig := filepath.Join(dir, "controller-manager", "kubeconfig")
 	if err := cp.writeKubeconfig(kcmKubeconfig, p, controllerManagerUser); err != nil {
@@ -334,6 +356,12 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
+		// Logs, exec and port-forward: the kubelet trusts the cluster CA,
+		// and listens on the node's InternalIP (loopback), not on
+		// whatever the host's name resolves to.
+		"--kubelet-client-certificate=" + p.path(kubeletClientCertFile),
+		"--kubelet-client-key=" + p.path(kubeletClientKeyFile),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("kube-apiserver flags: %w", err)

@@ -34,7 +34,8 @@ func TestPKIReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, saKeyFile, tokenFile,
-		etcdCACertFile, etcdCAKeyFile, etcdServerCertFile, etcdServerKeyFile, etcdClientCertFile, etcdClientKeyFile}
+		etcdCACertFile, etcdCAKeyFile, etcdServerCertFile, etcdServerKeyFile, etcdClientCertFile, etcdClientKeyFile,
+		kubeletClientCertFile, kubeletClientKeyFile}
 	read := func() map[string][]byte {
 		out := map[string][]byte{}
 		for _, f := range files {

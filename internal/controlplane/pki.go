@@ -38,6 +38,11 @@ const (
 	etcdServerKeyFile  = "etcd/server.key"
 	etcdClientCertFile = "apiserver-etcd-client.crt"
 	etcdClientKeyFile  = "apiserver-etcd-client.key"
+
+	// The API server's client certificate for kubelets (logs, exec,
+	// port-forward), which trust the cluster CA.
+	kubeletClientCertFile = "apiserver-kubelet-client.crt"
+	kubeletClientKeyFile  = "apiserver-kubelet-client.key"
 )
 
 // Users of the control plane, each authenticated by a bearer token.
@@ -46,6 +51,9 @@ const (
 	controllerManagerUser = "system:kube-controller-manager"
 	schedulerUser         = "system:kube-scheduler"
 )
+
+// NodeUser is the user name of the kubelet of node.
+func NodeUser(node string) string { return "system:node:" + node }
 
 type pki struct {
 	dir string
@@ -56,8 +64,9 @@ type pki struct {
 	etcdCAPEM []byte
 }
 
-// ensurePKI loads the PKI from dir, making whatever is missing.
-func ensurePKI(dir string) (*pki, error) {
+// ensurePKI loads the PKI from dir, making whatever is missing, with a
+// token for the kubelet of each node named.
+func ensurePKI(dir string, nodes ...string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating PKI directory: %w", err)
 	}
@@ -85,7 +94,10 @@ func ensurePKI(dir string) (*pki, error) {
 	if err := p.ensureKey(saKeyFile); err != nil {
 		return nil, fmt.Errorf("service account key: %w", err)
 	}
-	if err := p.ensureTokens(); err != nil {
+	if err := p.ensureCert(kubeletClientCert, p.caPEM, caKeyFile, kubeletClientCertFile, kubeletClientKeyFile); err != nil {
+		return nil, fmt.Errorf("kube-apiserver's kubelet client certificate: %w", err)
+	}
+	if err := p.ensureTokens(nodes); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -159,6 +171,16 @@ var etcdClientCert = pkiutil.ServingCert{
 	Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 }
 
+// kubeletClientCert is the API server's client certificate for kubelets:
+// a kubelet authorizes it by a SubjectAccessReview, which system:masters
+// passes.
+var kubeletClientCert = pkiutil.ServingCert{
+	CommonName:    "kube-apiserver-kubelet-client",
+	Organizations: []string{"system:masters"},
+	Validity:      365 * 24 * time.Hour,
+	Usages:        []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+}
+
 // ensureCert makes the certificate spec describes, signed by the CA, unless
 // one that is current and signed by that CA exists: certificates are
 // renewed well before they expire, and re-issued when the CA was made anew.
@@ -200,11 +222,16 @@ func signedBy(certPEM, caPEM []byte) bool {
 
 // ensureTokens writes the API server's static token file: one token for the
 // administrator (group system:masters) and one for kube-controller-manager.
-func (p *pki) ensureTokens() error {
+func (p *pki) ensureTokens(nodes []string) error {
 	users := []struct{ name, groups string }{
 		{adminUser, "system:masters"},
 		{controllerManagerUser, ""},
 		{schedulerUser, ""},
+	}
+	for _, node := range nodes {
+		// The Node authorizer and NodeRestriction know a kubelet by this
+		// name and group.
+		users = append(users, struct{ name, groups string }{NodeUser(node), "system:nodes"})
 	}
 	p.tokens = map[string]string{}
 	if data, err := os.ReadFile(p.path(tokenFile)); err == nil {

@@ -70,6 +70,9 @@ type ServingCert struct {
 	// Usages are the extended key usages; empty means server
 	// authentication only.
 	Usages []x509.ExtKeyUsage
+	// Organizations are the subject's organizations: a client
+	// certificate's groups, to Kubernetes.
+	Organizations []string
 }
 
 func (s ServingCert) usages() []x509.ExtKeyUsage {
@@ -101,7 +104,7 @@ func (s ServingCert) Sign(caCertPEM, caKeyPEM, keyPEM []byte) ([]byte, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: s.CommonName},
+		Subject:      pkix.Name{CommonName: s.CommonName, Organization: s.Organizations},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(s.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,8 +82,13 @@ func startStandalone(t *testing.T, dataDir string) *standalone {
 
 // startStandaloneWith runs netop-standalone with args and waits for the line
 // that gives the kubeconfig.
+// The operator's tests need no node, and run without one unless args say
+// --node (node_test.go).
 func startStandaloneWith(t *testing.T, args ...string) *standalone {
 	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node=") }) {
+		args = append(args, "--node=false")
+	}
 	cmd := exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,0 +1,155 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+)
+
+// kubeletConfig is the KubeletConfiguration, as a map: the typed one
+// would link the kubelet's API into every user of this package.
+func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
+	cfg := map[string]any{
+		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
+		"kind":                     "KubeletConfiguration",
+		"address":                  ip.String(),
+		"port":                     port,
+		"readOnlyPort":             0,
+		"healthzPort":              0,
+		"containerRuntimeEndpoint": "unix://" + n.socket,
+		// No systemd on many development hosts; containerd's runc uses
+		// cgroupfs too.
+		"cgroupDriver": "cgroupfs",
+		"cgroupRoot":   n.cgroups.name,
+		"failSwapOn":   false,
+		"authentication": map[string]any{
+			"anonymous": map[string]any{"enabled": false},
+			"webhook":   map[string]any{"enabled": true},
+			"x509":      map[string]any{"clientCAFile": n.cfg.ClientCAFile},
+		},
+		"authorization":       map[string]any{"mode": "Webhook"},
+		"serializeImagePulls": false,
+		"resolvConf":          "/etc/resolv.conf",
+		// All the node's state under the data directory.
+		"podLogsDir": filepath.Join(n.dir, "pod-logs"),
+		// The node's disk is the developer's: never evict pods over it.
+		"evictionHard": map[string]string{"memory.available": "50Mi"},
+	}
+	if CgroupV1() {
+		// kubelet v1.35+ refuses cgroup v1 unless told; many hosts (this
+		// project's CI among them) still have v1 or hybrid hierarchies.
+		cfg["failCgroupV1"] = false
+	}
+	return cfg
+}
+
+func (n *Node) startKubelet(_ context.Context) (*process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	ip, err := HostIP()
+	if err != nil {
+		return nil, err
+	}
+	data, err := yaml.Marshal(n.kubeletConfig(ip, port))
+	if err != nil {
+		return nil, err
+	}
+	config := filepath.Join(n.dir, "kubelet", "config.yaml")
+	if err := os.WriteFile(config, data, 0o600); err != nil {
+		return nil, fmt.Errorf("kubelet configuration: %w", err)
+	}
+	args := []string{
+		n.cfg.Executable, "kubelet",
+		"--config=" + config,
+		"--kubeconfig=" + n.cfg.Kubeconfig,
+		"--hostname-override=" + n.cfg.Name,
+		// The API server reaches the kubelet (logs, exec, port-forward)
+		// at the Node's InternalIP, which may not be loopback.
+		"--node-ip=" + ip.String(),
+		"--root-dir=" + filepath.Join(n.dir, "kubelet"),
+		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"),
+		"--v=1",
+	}
+	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), args, nil)
+}
+
+// HostIP is the node's address: the host's source address towards the
+// default route, else its first global unicast IPv4 address. The kubelet
+// refuses a loopback node IP.
+func HostIP() (net.IP, error) {
+	// Connecting a UDP socket sends nothing; it only picks the route.
+	if conn, err := net.Dial("udp4", "192.0.2.1:9"); err == nil {
+		ip := conn.LocalAddr().(*net.UDPAddr).IP
+		_ = conn.Close()
+		if ip.IsGlobalUnicast() {
+			return ip, nil
+		}
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipNet, ok := a.(*net.IPNet); ok && ipNet.IP.To4() != nil && ipNet.IP.IsGlobalUnicast() {
+				return ipNet.IP, nil
+			}
+		}
+	}
+	return nil, errors.New("the host has no IPv4 address but loopback, and the kubelet needs one for the Node")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// unmountUnder unmounts every mount point under dir, deepest first: what
+// the kubelet (pod volumes) and containerd (root file systems, network
+// namespaces) left.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			points = append(points, fields[4])
+		}
+	}
+	_ = f.Close()
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var failed []string
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			failed = append(failed, p+": "+err.Error())
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("unmounting %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+

@@ -1,0 +1,360 @@
+package standalone
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	"sigs.k8s.io/yaml"
+
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/node"
+	"github.com/netop-dev/netop/internal/testenv"
+)
+
+const testNodeName = "netop-test-node"
+
+// The standalone's node, as a newcomer uses it: pods run from local images
+// offline, logs, exec and port-forward work, the tutorial's pod is
+// injected and its own container runs, an image that is not local fails
+// with the usual pull error. Ctrl-C leaves no process, container or mount
+// behind; a restart brings the node and its pods back.
+func TestNode(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	dataDir := t.TempDir()
+	netns := nettest.NetnsName("netop-n-")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
+	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
+		"--node=true", "--node-name=" + testNodeName}
+	sa := startStandaloneWith(t, args...)
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+
+	got, err := kube.CoreV1().Nodes().Get(t.Context(), testNodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no node %s after the standalone printed KUBECONFIG: %v", testNodeName, err)
+	}
+	if !strings.HasPrefix(got.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") || !nodeReady(got) {
+		t.Fatalf("node %s: runtime %q, conditions %+v", testNodeName, got.Status.NodeInfo.ContainerRuntimeVersion, got.Status.Conditions)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("no default ServiceAccount: %v", err)
+	})
+
+	t.Run("kubectl run busybox, logs", func(t *testing.T) {
+		// As `kubectl run hello --image=busybox --restart=Never -- sh -c 'echo hello'`
+		// makes it: busybox means :latest, so the kubelet pulls it (from the
+		// standalone's registry).
+		runPod(t, kube, busyboxPod("hello", corev1.RestartPolicyNever, "echo hello"))
+		waitPhase(t, kube, "hello", corev1.PodSucceeded)
+		if logs := podLogs(t, kube, "hello"); logs != "hello\n" {
+			t.Errorf("logs %q, want hello", logs)
+		}
+	})
+
+	t.Run("exec", func(t *testing.T) {
+		runPod(t, kube, busyboxPod("sleeper", corev1.RestartPolicyAlways, "sleep 3600"))
+		waitRunning(t, kube, "sleeper", "c")
+		if out := execIn(t, cfg, kube, "sleeper", "echo", "from-exec"); out != "from-exec\n" {
+			t.Errorf("exec printed %q", out)
+		}
+	})
+
+	t.Run("port-forward", func(t *testing.T) {
+		runPod(t, kube, busyboxPod("web", corev1.RestartPolicyAlways, "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www"))
+		waitRunning(t, kube, "web", "c")
+		if body := portForwardGet(t, cfg, "web", 8080, "/index.html"); body != "served\n" {
+			t.Errorf("GET through port-forward: %q", body)
+		}
+	})
+
+	t.Run("the tutorial's pod, injected", func(t *testing.T) {
+		// The sidecar template, and Envoy's configuration that it mounts.
+		for _, example := range []string{"envoy-initializer.yaml", "envoy-config.yaml"} {
+			cm := &corev1.ConfigMap{}
+			readYAML(t, "../../examples/"+example, cm)
+			if _, err := kube.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pod := &corev1.Pod{}
+		readYAML(t, "../../examples/pod.yaml", pod)
+		// The webhook reads the template from a cache: a dry run says when
+		// it has it.
+		testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+			dry, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && len(dry.Spec.Containers) == 2, fmt.Sprintf("dry run: %v", err)
+		})
+		runPod(t, kube, pod)
+		created, err := kube.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(created.Spec.Containers) != 2 || created.Spec.Containers[1].Name != "envoy" {
+			t.Fatalf("the tutorial's pod was not injected: %d containers", len(created.Spec.Containers))
+		}
+		// Envoy's image is not local, so it cannot start offline; the
+		// tutorial's own container runs.
+		waitRunning(t, kube, pod.Name, pod.Spec.Containers[0].Name)
+	})
+
+	t.Run("an image that is not local fails to pull", func(t *testing.T) {
+		p := busyboxPod("elsewhere", corev1.RestartPolicyNever, "true")
+		p.Spec.Containers[0].Image = "registry.example.invalid/nothing:1"
+		runPod(t, kube, p)
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			got, err := kube.CoreV1().Pods("default").Get(ctx, "elsewhere", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, s := range got.Status.ContainerStatuses {
+				if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("container statuses %+v", got.Status.ContainerStatuses)
+		})
+	})
+
+	before := containerID(t, kube, "sleeper", "c")
+	sa.stop(t)
+	if left := leftovers(dataDir); len(left) > 0 {
+		t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
+	}
+	for _, log := range []string{"kubelet.log", "containerd.log", "kube-scheduler.log"} {
+		if fi, err := os.Stat(filepath.Join(dataDir, "logs", log)); err != nil || fi.Size() == 0 {
+			t.Errorf("log %s missing or empty: %v", log, err)
+		}
+	}
+
+	// The same data directory: the same node, its pods back.
+	sa = startStandaloneWith(t, args...)
+	defer sa.stop(t)
+	// The status from before the stop says Running: wait for the
+	// container this kubelet started.
+	testenv.Eventually(t, 60*time.Second, func(context.Context) (bool, string) {
+		id := containerID(t, kube, "sleeper", "c")
+		return id != "" && id != before, "the sleeper's container is still " + before
+	})
+	waitRunning(t, kube, "sleeper", "c")
+	if out := execIn(t, cfg, kube, "sleeper", "echo", "back"); out != "back\n" {
+		t.Errorf("exec after the restart printed %q", out)
+	}
+	if logs := podLogs(t, kube, "hello"); logs != "hello\n" {
+		t.Errorf("logs of a finished pod after the restart: %q", logs)
+	}
+}
+
+// Where the node cannot run, the standalone says what is missing and how
+// to install it, and runs without a node.
+func TestNoNodeSaysWhatIsMissing(t *testing.T) {
+	nettest.RequireRoot(t)
+	netns := nettest.NetnsName("netop-n-")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
+	empty := t.TempDir()
+	t.Setenv("PATH", empty) // no containerd, no runc
+	sa := startStandaloneWith(t, "--data-dir", t.TempDir(), "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node=true")
+	defer sa.stop(t)
+	stderr := sa.stderr.String()
+	for _, want := range []string{"Running without a node", "containerd (Debian package containerd)", "runc (Debian package runc)", "apt-get install -y containerd runc"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	kube := kubernetes.NewForConfigOrDie(restConfig(t, sa.kubeconfig))
+	nodes, err := kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 0 {
+		t.Errorf("nodes %v (%v), want none", nodes, err)
+	}
+}
+
+func restConfig(t *testing.T, kubeconfig string) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Polls every 20 ms: client-go's default 5 QPS would throttle them.
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg
+}
+
+// containerID is the ID of the running container of pod name, or "".
+func containerID(t *testing.T, kube kubernetes.Interface, name, container string) string {
+	t.Helper()
+	got, err := kube.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range got.Status.ContainerStatuses {
+		if s.Name == container && s.State.Running != nil {
+			return s.ContainerID
+		}
+	}
+	return ""
+}
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func busyboxPod(name string, restart corev1.RestartPolicy, script string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{RestartPolicy: restart, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sh", "-c", script}}}}}
+}
+
+func runPod(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	if _, err := kube.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", pod.Name, err)
+	}
+}
+
+func waitPhase(t *testing.T, kube kubernetes.Interface, name string, phase corev1.PodPhase) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == phase, fmt.Sprintf("pod %s is %s, want %s: %+v", name, got.Status.Phase, phase, got.Status.ContainerStatuses)
+	})
+}
+
+// waitRunning waits until container of pod name runs.
+func waitRunning(t *testing.T, kube kubernetes.Interface, name, container string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range got.Status.ContainerStatuses {
+			if s.Name == container && s.State.Running != nil && s.Ready {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("pod %s: %s %+v", name, got.Status.Phase, got.Status.ContainerStatuses)
+	})
+}
+
+func podLogs(t *testing.T, kube kubernetes.Interface, name string) string {
+	t.Helper()
+	data, err := kube.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("logs of %s: %v", name, err)
+	}
+	return string(data)
+}
+
+func execIn(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod string, command ...string) string {
+	t.Helper()
+	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := exec.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		t.Fatalf("exec %v in %s: %v (stderr %q)", command, pod, err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// portForwardGet forwards a local port to port of pod and GETs path.
+func portForwardGet(t *testing.T, cfg *rest.Config, pod string, port int, path string) string {
+	t.Helper()
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-errs:
+		t.Fatalf("port-forward: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("port-forward not ready within 30s")
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[0].Local, path))
+	if err != nil {
+		t.Fatalf("GET through port-forward: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// leftovers lists what the node left running or mounted: processes that
+// name the data directory or live in the node's cgroup, and mounts under
+// the data directory.
+func leftovers(dataDir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		cgroup, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		if bytes.Contains(cmdline, []byte(dataDir)) || bytes.Contains(cgroup, []byte("/netop-"+testNodeName+"-")) {
+			out = append(out, fmt.Sprintf("process %s: %s", filepath.Base(p), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		}
+	}
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dataDir) {
+			out = append(out, "mount "+fields[4])
+		}
+	}
+	return out
+}
