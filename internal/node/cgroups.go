@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,20 +98,24 @@ func cgroupMounts() ([]cgroupMount, error) {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
+	return parseCgroupMounts(f)
+}
+
+func parseCgroupMounts(mountinfo io.Reader) ([]cgroupMount, error) {
 	var out []cgroupMount
-	s := bufio.NewScanner(f)
+	s := bufio.NewScanner(mountinfo)
 	for s.Scan() {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
 		fields := strings.Fields(s.Text())
 		sep := slices.Index(fields, "-")
-		if sep < 0 || sep+3 >= len(fields)+1 || len(fields) < 5 {
+		if sep < 5 || sep+2 >= len(fields) {
 			continue
 		}
 		switch fstype := fields[sep+1]; fstype {
 		case "cgroup":
 			var controllers []string
 			for _, opt := range strings.Split(fields[len(fields)-1], ",") {
-				if opt != "rw" && opt != "ro" && !strings.Contains(opt, "=") {
+				if !slices.Contains([]string{"rw", "ro", "xattr", "noprefix", "clone_children", "cpuset_v2_mode"}, opt) && !strings.Contains(opt, "=") {
 					controllers = append(controllers, opt)
 				}
 			}

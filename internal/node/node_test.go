@@ -1,0 +1,173 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+func requireBusybox(t *testing.T) {
+	t.Helper()
+	if b, err := os.ReadFile("/bin/busybox"); err != nil || isDynamic(b) {
+		t.Fatalf("this test needs Debian's busybox-static (%s): %v", InstallCommand, err)
+	}
+}
+
+// The images are the same, digest for digest, on every start: containerd
+// keeps what it pulled before.
+func TestLocalImagesAreReproducible(t *testing.T) {
+	requireBusybox(t)
+	first, err := LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, img := range first {
+		d1, _ := img.Digest()
+		d2, _ := second[ref].Digest()
+		if d1 != d2 {
+			t.Errorf("%s: digest %s, then %s", ref, d1, d2)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil || cf.OS != "linux" || cf.Architecture == "" {
+			t.Errorf("%s: config %+v (%v)", ref, cf, err)
+		}
+	}
+	if cf, _ := first[BusyboxImage].ConfigFile(); !slices.Equal(cf.Config.Cmd, []string{"sh"}) {
+		t.Errorf("busybox runs %v, want sh", cf.Config.Cmd)
+	}
+}
+
+// The registry answers as the mirror of docker.io and registry.k8s.io:
+// busybox under library/busybox, pause under pause.
+func TestRegistryServesTheImagesAsTheirMirror(t *testing.T) {
+	requireBusybox(t)
+	r, err := startRegistry(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.stop()
+	images, err := LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, path := range map[string]string{BusyboxImage: "library/busybox:latest", PauseImage: "pause:3.10"} {
+		want, _ := images[ref].Digest()
+		ref, err := name.ParseReference(r.addr+"/"+path, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := remote.Get(ref)
+		if err != nil {
+			t.Fatalf("%s from the registry: %v", path, err)
+		}
+		if got.Digest != want {
+			t.Errorf("%s: digest %s, want %s", path, got.Digest, want)
+		}
+	}
+	if ref, err := name.ParseReference(r.addr+"/library/nginx:latest", name.Insecure); err != nil {
+		t.Fatal(err)
+	} else if _, err := remote.Get(ref); err == nil {
+		t.Error("the registry serves an image it was never given")
+	}
+}
+
+// With a network namespace, the bridge plugin runs inside it; the pod
+// network's configuration names the bridge and keeps its addresses under
+// the node's directory.
+func TestWriteCNI(t *testing.T) {
+	dir := t.TempDir()
+	for _, sub := range []string{"cni/net.d", "cni/bin"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeCNI(dir, "netop-x"); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(dir, "cni/bin/bridge"))
+	if err != nil || !strings.Contains(string(script), "nsenter --net=/run/netns/netop-x /usr/lib/cni/bridge") {
+		t.Errorf("bridge plugin %q (%v)", script, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "cni/bin/host-local")); err != nil || target != "/usr/lib/cni/host-local" {
+		t.Errorf("host-local -> %q (%v)", target, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cni/net.d/10-netop-pods.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Plugins []struct {
+			Type, Bridge string
+			IPAM         struct {
+				Type    string
+				DataDir string
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &conf); err != nil || len(conf.Plugins) != 1 {
+		t.Fatalf("conflist %s: %v", data, err)
+	}
+	if p := conf.Plugins[0]; p.Type != "bridge" || p.Bridge != PodBridge || p.IPAM.Type != "host-local" || p.IPAM.DataDir != filepath.Join(dir, "cni/ipam") {
+		t.Errorf("plugin %+v", p)
+	}
+	// Without a namespace, the plugin itself.
+	if err := writeCNI(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "cni/bin/bridge")); err != nil || target != "/usr/lib/cni/bridge" {
+		t.Errorf("bridge -> %q (%v)", target, err)
+	}
+}
+
+func TestParseCgroupMounts(t *testing.T) {
+	mountinfo := `25 30 0:23 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:25 / /sys/fs/cgroup/cpuset rw,nosuid shared:9 - cgroup cgroup rw,cpuset
+28 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+29 25 0:27 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
+`
+	got, err := parseCgroupMounts(strings.NewReader(mountinfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cgroupMount{
+		{path: "/sys/fs/cgroup/unified", v2: true},
+		{path: "/sys/fs/cgroup/cpuset", controllers: []string{"cpuset"}},
+		{path: "/sys/fs/cgroup/cpu,cpuacct", controllers: []string{"cpu", "cpuacct"}},
+		{path: "/sys/fs/cgroup/systemd"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i].path != want[i].path || got[i].v2 != want[i].v2 || !slices.Equal(got[i].controllers, want[i].controllers) {
+			t.Errorf("mount %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// Without the programs, Check names each with its package and the line
+// that installs them.
+func TestCheckSaysWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := Check()
+	if err == nil {
+		t.Fatal("no error with an empty PATH")
+	}
+	for _, want := range []string{"containerd (Debian package containerd)", "runc (Debian package runc)", "apt-get install -y containerd runc"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}
