@@ -4,13 +4,22 @@
 GO ?= go
 LDFLAGS := -s -w -X github.com/netop-dev/netop/internal/version.Version=$(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build test test-faults bench verify codegen vet lint fmt-check verify-codegen verify-consumer clean
+.PHONY: all build image test test-faults bench verify codegen vet lint fmt-check verify-codegen verify-consumer clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop ./cmd/netop
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-standalone ./cmd/netop-standalone
+
+# netop's container image, built here without a registry or a container
+# engine (see hack/image), into the default standalone data directory's
+# images/, which netop-standalone serves to its node.
+IMAGE ?= netop.local/netop:$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_OUT ?= .netop/images/netop.tar
+image:
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-static ./cmd/netop
+	$(GO) run ./hack/image --binary bin/netop-static --tag $(IMAGE) --out $(IMAGE_OUT)
 
 # Tests run against a real control plane, real kernel bridges (as root) and a
 # real Neutron (installed with apt when missing).

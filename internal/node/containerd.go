@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // socketPath is containerd's socket: in the node's directory, unless that
@@ -69,10 +69,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "{{.Dir}}/cni/net.d"
   # The standalone's registry serves the local images offline; any other
   # image is looked up where it lives, and fails as usual offline.
-  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
-    endpoint = ["http://{{.Registry}}"]
-  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."registry.k8s.io"]
-    endpoint = ["http://{{.Registry}}"]
+  {{- range .Mirrors}}
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{{.}}"]
+    endpoint = ["http://{{$.Registry}}"]
+  {{- end}}
 `))
 
 func (n *Node) startContainerd(ctx context.Context) (*process, error) {
@@ -82,7 +82,7 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 	_ = os.Remove(n.socket) // left by a containerd that was killed
 	var buf strings.Builder
 	err := containerdConfig.Execute(&buf, map[string]any{
-		"Dir": n.dir, "Socket": n.socket, "PauseImage": PauseImage, "Registry": n.registry.addr,
+		"Dir": n.dir, "Socket": n.socket, "PauseImage": PauseImage, "Registry": n.registry.addr, "Mirrors": n.registry.mirrors,
 		"RestrictOOMScoreAdj": !hasCapability(capSysResource),
 	})
 	if err != nil {

@@ -1,28 +1,27 @@
 package node
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/netop-dev/netop/internal/image"
 )
 
 // PauseImage is the sandbox image containerd runs for every pod, as the
@@ -37,11 +36,14 @@ const BusyboxImage = "docker.io/library/busybox:latest"
 type imageRegistry struct {
 	addr   string
 	server *http.Server
+	// mirrors are the registries containerd asks this one for.
+	mirrors []string
 }
 
 // startRegistry serves a registry on a free loopback port and pushes the
-// local images into it.
-func startRegistry(ctx context.Context) (*imageRegistry, error) {
+// local images into it, with those of the image tarballs in imagesDir
+// (`make image` writes netop's there).
+func startRegistry(ctx context.Context, imagesDir string) (*imageRegistry, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("image registry: %w", err)
@@ -56,7 +58,29 @@ func startRegistry(ctx context.Context) (*imageRegistry, error) {
 		r.stop()
 		return nil, err
 	}
+	tarballs, _ := filepath.Glob(filepath.Join(imagesDir, "*.tar"))
+	for _, path := range tarballs {
+		more, err := image.Read(path)
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		maps.Copy(images, more)
+	}
+	r.mirrors = []string{"docker.io", "registry.k8s.io"}
 	for ref, img := range images {
+		parsed, err := name.ParseReference(ref)
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		host := parsed.Context().RegistryStr()
+		if host == name.DefaultRegistry {
+			host = "docker.io"
+		}
+		if !slices.Contains(r.mirrors, host) {
+			r.mirrors = append(r.mirrors, host)
+		}
 		if err := r.push(ctx, ref, img); err != nil {
 			r.stop()
 			return nil, err
@@ -102,88 +126,42 @@ func LocalImages() (map[string]v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing busybox's applets: %w", err)
 	}
-	applets := strings.Fields(string(out))
-	layer, err := busyboxLayer(busybox, applets)
+	layer, err := image.Layer(busyboxFiles(busybox, strings.Fields(string(out))))
 	if err != nil {
 		return nil, err
 	}
 	// The pause container only holds the pod's namespaces; containerd
 	// stops sandboxes with SIGKILL, and the shell exits on SIGTERM too.
-	pause, err := imageOf(layer, []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}, nil)
+	pause, err := image.Of(layer, image.Config{Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}})
 	if err != nil {
 		return nil, err
 	}
-	shell, err := imageOf(layer, nil, []string{"sh"})
+	shell, err := image.Of(layer, image.Config{Cmd: []string{"sh"}})
 	if err != nil {
 		return nil, err
 	}
 	return map[string]v1.Image{PauseImage: pause, BusyboxImage: shell}, nil
 }
 
-// busyboxLayer is a root file system of busybox and a link per applet,
-// with the files a shell expects. Fixed times make the same layer, and so
-// the same image digest, on every start: containerd keeps what it pulled.
-func busyboxLayer(busybox []byte, applets []string) (v1.Layer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0)
+// busyboxFiles are a root file system of busybox and a link per applet,
+// with the files a shell expects.
+func busyboxFiles(busybox []byte, applets []string) []image.File {
+	var files []image.File
 	for _, dir := range []string{"bin", "dev", "etc", "proc", "root", "sys", "tmp", "var"} {
 		mode := int64(0o755)
 		if dir == "tmp" {
 			mode = 0o1777
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: mode, ModTime: epoch}); err != nil {
-			return nil, err
-		}
+		files = append(files, image.File{Name: dir, Dir: true, Mode: mode})
 	}
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
-		"etc/group":  "root:x:0:\nnogroup:x:65534:\n",
-	}
-	for _, f := range []string{"etc/group", "etc/passwd"} {
-		if err := writeFile(tw, f, []byte(files[f]), 0o644, epoch); err != nil {
-			return nil, err
-		}
-	}
-	if err := writeFile(tw, "bin/busybox", busybox, 0o755, epoch); err != nil {
-		return nil, err
-	}
+	files = append(files,
+		image.File{Name: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")},
+		image.File{Name: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+		image.File{Name: "bin/busybox", Mode: 0o755, Data: busybox})
 	for _, applet := range applets {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox", Mode: 0o777, ModTime: epoch}); err != nil {
-			return nil, err
+		if applet != "busybox" && !strings.Contains(applet, "/") {
+			files = append(files, image.File{Name: "bin/" + applet, Mode: 0o777, Link: "busybox"})
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-}
-
-func writeFile(tw *tar.Writer, name string, data []byte, mode int64, modTime time.Time) error {
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data)), ModTime: modTime}); err != nil {
-		return err
-	}
-	_, err := tw.Write(data)
-	return err
-}
-
-// imageOf is an image of layer for this machine's architecture.
-func imageOf(layer v1.Layer, entrypoint, cmd []string) (v1.Image, error) {
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint, cf.Config.Cmd = entrypoint, cmd
-	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	return mutate.ConfigFile(img, cf)
+	return files
 }

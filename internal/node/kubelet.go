@@ -152,4 +152,3 @@ func unmountUnder(dir string) error {
 	}
 	return nil
 }
-

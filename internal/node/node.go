@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.cgroups, err = makeCgroupRoot("/netop-" + cfg.Name + "-" + hex.EncodeToString(sum[:4])); err != nil {
 		return nil, err
 	}
-	if n.registry, err = startRegistry(ctx); err != nil {
+	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images")); err != nil {
 		return nil, err
 	}
 	if err := writeCNI(n.dir, cfg.Netns); err != nil {

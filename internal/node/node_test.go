@@ -52,7 +52,7 @@ func TestLocalImagesAreReproducible(t *testing.T) {
 // busybox under library/busybox, pause under pause.
 func TestRegistryServesTheImagesAsTheirMirror(t *testing.T) {
 	requireBusybox(t)
-	r, err := startRegistry(context.Background())
+	r, err := startRegistry(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
+	"github.com/netop-dev/netop/internal/image"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/testenv"
@@ -42,6 +44,18 @@ func TestNode(t *testing.T) {
 		t.Fatalf("this host cannot run a node: %v", err)
 	}
 	dataDir := t.TempDir()
+	// An image of one's own, as `make image` leaves netop's, served from
+	// DATA_DIR/images under a registry nobody can reach.
+	local, err := node.LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dataDir, "images"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := image.Write(filepath.Join(dataDir, "images", "mine.tar"), map[string]v1.Image{"netop.local/mine:1": local[node.BusyboxImage]}); err != nil {
+		t.Fatal(err)
+	}
 	netns := nettest.NetnsName("netop-n-")
 	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
 	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
@@ -70,6 +84,17 @@ func TestNode(t *testing.T) {
 		waitPhase(t, kube, "hello", corev1.PodSucceeded)
 		if logs := podLogs(t, kube, "hello"); logs != "hello\n" {
 			t.Errorf("logs %q, want hello", logs)
+		}
+	})
+
+	t.Run("an image from DATA_DIR/images", func(t *testing.T) {
+		p := busyboxPod("mine", corev1.RestartPolicyNever, "echo mine")
+		p.Spec.Containers[0].Image = "netop.local/mine:1"
+		p.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+		runPod(t, kube, p)
+		waitPhase(t, kube, "mine", corev1.PodSucceeded)
+		if logs := podLogs(t, kube, "mine"); logs != "mine\n" {
+			t.Errorf("logs %q", logs)
 		}
 	})
 

@@ -1,0 +1,286 @@
+// Command node measures the standalone's node (as root, on a host with
+// containerd, runc, the CNI plugins and busybox-static): the time from
+// start to the Node Ready on a fresh data directory (cold) and on the same
+// one again (warm), pod create to Running over N pods created at once, and
+// the memory of the node's processes (kubelet, containerd, shims) with
+// those pods running. It prints a table and a JSON line.
+//
+//	go run ./test/bench/node [--pods 50]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+type result struct {
+	Date          string  `json:"date"`
+	CPUs          int     `json:"cpus"`
+	Pods          int     `json:"pods"`
+	ColdReadyS    float64 `json:"coldReadyS"`
+	WarmReadyS    float64 `json:"warmReadyS"`
+	RunningP50S   float64 `json:"runningP50S"`
+	RunningP99S   float64 `json:"runningP99S"`
+	AllRunningS   float64 `json:"allRunningS"`
+	KubeletMiB    float64 `json:"kubeletMiB"`
+	ContainerdMiB float64 `json:"containerdMiB"`
+	ShimsMiB      float64 `json:"shimsMiB"`
+	Shims         int     `json:"shims"`
+	StopS         float64 `json:"stopS"`
+}
+
+func main() {
+	pods := flag.Int("pods", 50, "pods created at once")
+	flag.Parse()
+	if err := run(*pods); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(pods int) error {
+	tmp, err := os.MkdirTemp("", "netop-node-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	binary := filepath.Join(tmp, "netop-standalone")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop-standalone").CombinedOutput(); err != nil {
+		return fmt.Errorf("building netop-standalone: %v\n%s", err, out)
+	}
+	dataDir := filepath.Join(tmp, "d")
+	netns := fmt.Sprintf("netop-bench-%d", os.Getpid())
+	defer func() { _ = exec.Command("ip", "netns", "delete", netns).Run() }()
+	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
+	r := result{Date: time.Now().UTC().Format(time.DateOnly), CPUs: runtime.NumCPU(), Pods: pods}
+
+	sa, ready, err := start(binary, args)
+	if err != nil {
+		return err
+	}
+	r.ColdReadyS = ready.Seconds()
+	kube, err := client(filepath.Join(dataDir, "kubeconfig"))
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	if err := runPods(kube, pods, &r); err != nil {
+		sa.stop()
+		return err
+	}
+	r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims = memory(dataDir)
+	if err := deletePods(kube); err != nil {
+		sa.stop()
+		return err
+	}
+	r.StopS = sa.stop().Seconds()
+
+	sa, ready, err = start(binary, args)
+	if err != nil {
+		return err
+	}
+	r.WarmReadyS = ready.Seconds()
+	sa.stop()
+
+	fmt.Printf("| date | CPUs | cold start to node Ready | warm | %d pods: create to Running p50 | p99 | all Running | kubelet RSS | containerd RSS | shims RSS (n) | stop |\n", pods)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.0f MiB | %.0f MiB (%d) | %.2f s |\n",
+		r.Date, r.CPUs, r.ColdReadyS, r.WarmReadyS, r.RunningP50S, r.RunningP99S, r.AllRunningS, r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims, r.StopS)
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	return nil
+}
+
+type standalone struct{ cmd *exec.Cmd }
+
+// start runs the standalone and returns when it printed KUBECONFIG, which
+// it does once the node is Ready, with the time that took.
+func start(binary string, args []string) (*standalone, time.Duration, error) {
+	cmd := exec.Command(binary, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "KUBECONFIG=") {
+			took := time.Since(began)
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			if !strings.Contains(stderr.String(), "Node ready") {
+				_ = cmd.Process.Kill()
+				return nil, 0, fmt.Errorf("the standalone runs without a node:\n%s", stderr.String())
+			}
+			return &standalone{cmd: cmd}, took, nil
+		}
+	}
+	_ = cmd.Wait()
+	return nil, 0, fmt.Errorf("the standalone exited before printing KUBECONFIG:\n%s", stderr.String())
+}
+
+// stop sends Ctrl-C and returns how long the standalone took to exit.
+func (s *standalone) stop() time.Duration {
+	began := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	_ = s.cmd.Wait()
+	return time.Since(began)
+}
+
+func client(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return kubernetes.NewForConfig(cfg)
+}
+
+// runPods creates n pods at once and times each from its create request
+// to the watch event that shows it Running.
+func runPods(kube kubernetes.Interface, n int, r *result) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return errors.New("no default ServiceAccount")
+	}
+	w, err := kube.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "bench=node"})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("bench-%03d", i)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": "node"}},
+				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64),
+					Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}}}}
+			mu.Lock()
+			sent[name] = time.Now()
+			mu.Unlock()
+			if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return fmt.Errorf("creating pods: %w", err)
+	}
+	running := map[string]time.Time{}
+	for len(running) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errors.New("watch closed")
+			}
+			if ev.Type == watch.Error {
+				return fmt.Errorf("watch: %v", ev.Object)
+			}
+			pod, ok := ev.Object.(*corev1.Pod)
+			if ok && pod.Status.Phase == corev1.PodRunning {
+				if _, seen := running[pod.Name]; !seen {
+					running[pod.Name] = time.Now()
+				}
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d pods Running", len(running), n)
+		}
+	}
+	r.AllRunningS = time.Since(began).Seconds()
+	var took []float64
+	mu.Lock()
+	for name, at := range running {
+		took = append(took, at.Sub(sent[name]).Seconds())
+	}
+	mu.Unlock()
+	slices.Sort(took)
+	r.RunningP50S = took[len(took)/2]
+	r.RunningP99S = took[min(len(took)-1, len(took)*99/100)]
+	return nil
+}
+
+func deletePods(kube kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := kube.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "bench=node"}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=node"})
+		return err == nil && len(list.Items) == 0, nil
+	})
+}
+
+// memory sums the resident memory of the node's processes, found by the
+// data directory (or containerd's socket) on their command line.
+func memory(dataDir string) (kubelet, containerd, shims float64, nShims int) {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		raw, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil || !strings.Contains(string(raw), dataDir) {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		rss := rssMiB(p)
+		switch {
+		case len(args) > 1 && args[1] == "kubelet":
+			kubelet += rss
+		case filepath.Base(args[0]) == "containerd":
+			containerd += rss
+		case strings.HasPrefix(filepath.Base(args[0]), "containerd-shim"):
+			shims += rss
+			nShims++
+		}
+	}
+	return kubelet, containerd, shims, nShims
+}
+
+func rssMiB(proc string) float64 {
+	status, err := os.ReadFile(filepath.Join(proc, "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
