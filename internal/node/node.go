@@ -176,7 +176,10 @@ func (n *Node) WaitReady(ctx context.Context, kube kubernetes.Interface, timeout
 func (n *Node) Stop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if n.kubelet != nil {
-		n.kubelet.stop(20 * time.Second)
+		// The kubelet shuts its loops down on SIGTERM but its process
+		// does not exit (v1.37): a short grace, then SIGKILL, which it
+		// is built to survive (its checkpoints are written as it goes).
+		n.kubelet.stop(3 * time.Second)
 		n.kubelet = nil
 	}
 	if n.containerd != nil {
