@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -92,7 +93,7 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 	if err := os.WriteFile(config, []byte(buf.String()), 0o600); err != nil {
 		return nil, fmt.Errorf("containerd configuration: %w", err)
 	}
-	p, err := startProcess("containerd", filepath.Join(n.cfg.DataDir, "logs", "containerd.log"), []string{"containerd", "--config", config}, nil)
+	p, err := startProcess("containerd", filepath.Join(n.cfg.DataDir, "logs", "containerd.log"), []string{"containerd", "--config", config}, syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
@@ -81,7 +82,9 @@ func (n *Node) startKubelet(_ context.Context) (*process, error) {
 		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"),
 		"--v=1",
 	}
-	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), args, nil)
+	// SIGKILL if the standalone dies: on SIGTERM the kubelet stops its
+	// loops but its process stays.
+	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), args, syscall.SIGKILL)
 }
 
 // HostIP is the node's address: the host's source address towards the

@@ -22,16 +22,17 @@ type process struct {
 }
 
 // startProcess runs name with args, its output appended to logPath. The
-// child gets SIGTERM if the standalone dies without stopping it.
-func startProcess(name, logPath string, args []string, env []string) (*process, error) {
+// child gets deathSignal if the standalone dies without stopping it.
+func startProcess(name, logPath string, args []string, deathSignal syscall.Signal) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	// Its own process group: the terminal's Ctrl-C reaches the
+	// standalone alone, which stops the node in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: deathSignal, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
