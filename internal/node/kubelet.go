@@ -54,11 +54,11 @@ func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
 }
 
 func (n *Node) startKubelet(_ context.Context) (*process, error) {
-	port, err := freePort()
+	ip, err := HostIP()
 	if err != nil {
 		return nil, err
 	}
-	ip, err := HostIP()
+	port, err := freePortOn(ip)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +117,11 @@ func HostIP() (net.IP, error) {
 	return nil, errors.New("the host has no IPv4 address but loopback, and the kubelet needs one for the Node")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePortOn is a port free on ip, where the kubelet will listen.
+func freePortOn(ip net.IP) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+		return 0, fmt.Errorf("finding a free port for the kubelet on %s: %w", ip, err)
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
