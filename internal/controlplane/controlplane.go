@@ -117,6 +117,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.redirectKlog(); err != nil {
 		return nil, err
 	}
+	if err := cp.redirectEtcdClientLog(); err != nil {
+		return nil, err
+	}
 	var nodes []string
 	if cfg.NodeName != "" {
 		nodes = append(nodes, cfg.NodeName)
