@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -34,7 +35,7 @@ import (
 const testNodeName = "netop-test-node"
 
 // The standalone's node, as a newcomer uses it: pods run from local images
-// offline, logs, exec and port-forward work, the tutorial's pod is
+// offline, logs, exec and port-forward work, a deleted pod goes, the tutorial's pod is
 // injected and its own container runs, an image that is not local fails
 // with the usual pull error. Ctrl-C leaves no process, container or mount
 // behind; a restart brings the node and its pods back.
@@ -112,6 +113,18 @@ func TestNode(t *testing.T) {
 		if body := portForwardGet(t, cfg, "web", 8080, "/index.html"); body != "served\n" {
 			t.Errorf("GET through port-forward: %q", body)
 		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		// The kubelet stops the container and confirms; only then does the
+		// pod go.
+		if err := kube.CoreV1().Pods("default").Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("pod web still there (%v)", err)
+		})
 	})
 
 	t.Run("the tutorial's pod, injected", func(t *testing.T) {

@@ -1,0 +1,206 @@
+// Package ipam hands out the addresses of one Network's cidr to pods: never
+// the network address, the gateway or (IPv4) the broadcast address, never
+// one address twice, each address recorded with its owner so that only the
+// owner frees it (a stale release cannot free a live address, the failure
+// of calico#5044). Released addresses are reused last, in the order they
+// were freed, so that an address just given up is not handed straight to
+// another pod while peers still hold ARP or conntrack entries for it.
+//
+// A Pool is not safe for concurrent use: it belongs to the one writer of a
+// Network's allocations (the controller), which serialises access to it.
+// Allocate, AllocateStatic and Release are O(1) and about the same cost
+// whether the pool is empty or nearly full.
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+)
+
+// ErrFull says the pool has no free address.
+var ErrFull = errors.New("no free address")
+
+// maxSize bounds the addresses a pool hands out (an IPv6 /64 has 2^64):
+// offsets are uint64 and the allocator never needs more.
+const maxSize = uint64(1) << 62
+
+// Pool is the allocator of one cidr.
+type Pool struct {
+	prefix  netip.Prefix
+	gateway netip.Addr
+	// size is the number of offsets from the prefix's first address that
+	// can be handed out or are reserved: [0, size).
+	size uint64
+	// next is the lowest offset never handed out: the pool grows upward
+	// first and reuses freed offsets only when it has grown to size.
+	next uint64
+	// freed holds released offsets, oldest first, as a ring.
+	freed []uint64
+	head  int
+	// owners of the offsets in use.
+	owners map[uint64]string
+	// reserved offsets: network, gateway, broadcast.
+	reserved map[uint64]bool
+}
+
+// NewPool makes the pool of prefix, which has the gateway gateway.
+func NewPool(prefix netip.Prefix, gateway netip.Addr) (*Pool, error) {
+	prefix = prefix.Masked()
+	if !prefix.IsValid() {
+		return nil, fmt.Errorf("cidr %v: not a prefix", prefix)
+	}
+	if gateway.IsValid() && !prefix.Contains(gateway) {
+		return nil, fmt.Errorf("gateway %s: not in cidr %s", gateway, prefix)
+	}
+	hostBits := prefix.Addr().BitLen() - prefix.Bits()
+	size := maxSize
+	if hostBits < 62 {
+		size = uint64(1) << hostBits
+	}
+	p := &Pool{prefix: prefix, gateway: gateway, size: size, owners: map[uint64]string{}, reserved: map[uint64]bool{0: true}}
+	if prefix.Addr().Is4() && hostBits < 62 {
+		p.reserved[size-1] = true // broadcast
+	}
+	if gateway.IsValid() {
+		off, _ := p.offset(gateway)
+		p.reserved[off] = true
+	}
+	if uint64(len(p.reserved)) >= size {
+		return nil, fmt.Errorf("cidr %s: no address left for pods after the network, gateway and broadcast addresses", prefix)
+	}
+	return p, nil
+}
+
+// Prefix is the pool's cidr.
+func (p *Pool) Prefix() netip.Prefix { return p.prefix }
+
+// offset is addr's place in the prefix, if it is in the pool's range.
+func (p *Pool) offset(addr netip.Addr) (uint64, bool) {
+	if !p.prefix.Contains(addr) {
+		return 0, false
+	}
+	a, base := addr.As16(), p.prefix.Addr().As16()
+	var off uint64
+	// The host part is at most 64 bits of the 128 that As16 gives (the
+	// pool is at most 2^62 long), so the low 8 bytes hold it.
+	for i := 8; i < 16; i++ {
+		off = off<<8 | uint64(a[i]-base[i])
+	}
+	if p.prefix.Addr().BitLen()-p.prefix.Bits() > 64 {
+		// Wider than a /64: the high bytes must equal the base's.
+		for i := 0; i < 8; i++ {
+			if a[i] != base[i] {
+				return 0, false
+			}
+		}
+	}
+	return off, off < p.size
+}
+
+func (p *Pool) addr(off uint64) netip.Addr {
+	base := p.prefix.Addr().As16()
+	var b [16]byte
+	copy(b[:], base[:])
+	carry := off
+	for i := 15; i >= 0 && carry > 0; i-- {
+		sum := uint64(b[i]) + carry&0xff
+		b[i] = byte(sum)
+		carry = carry>>8 + sum>>8
+	}
+	a := netip.AddrFrom16(b)
+	if p.prefix.Addr().Is4() {
+		a = a.Unmap()
+	}
+	return a
+}
+
+// Allocate hands out a free address to owner.
+func (p *Pool) Allocate(owner string) (netip.Addr, error) {
+	for p.next < p.size {
+		off := p.next
+		p.next++
+		if p.take(off, owner) {
+			return p.addr(off), nil
+		}
+	}
+	for p.head < len(p.freed) {
+		off := p.freed[p.head]
+		p.head++
+		if p.head == len(p.freed) || p.head > 1024 && p.head*2 > len(p.freed) {
+			p.freed = append(p.freed[:0], p.freed[p.head:]...)
+			p.head = 0
+		}
+		// A freed offset may have been taken since by a static request.
+		if p.take(off, owner) {
+			return p.addr(off), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("cidr %s: %w", p.prefix, ErrFull)
+}
+
+func (p *Pool) take(off uint64, owner string) bool {
+	if p.reserved[off] {
+		return false
+	}
+	if _, used := p.owners[off]; used {
+		return false
+	}
+	p.owners[off] = owner
+	return true
+}
+
+// AllocateStatic gives addr to owner, or says why it cannot: outside the
+// cidr, reserved, or someone else's. Giving an owner its own address again
+// is not an error.
+func (p *Pool) AllocateStatic(addr netip.Addr, owner string) error {
+	off, ok := p.offset(addr)
+	switch {
+	case !ok:
+		return fmt.Errorf("address %s: not in cidr %s", addr, p.prefix)
+	case p.reserved[off]:
+		return fmt.Errorf("address %s: reserved in cidr %s (network, gateway or broadcast address)", addr, p.prefix)
+	}
+	if have, used := p.owners[off]; used {
+		if have == owner {
+			return nil
+		}
+		return fmt.Errorf("address %s: in use by %s", addr, have)
+	}
+	p.owners[off] = owner
+	return nil
+}
+
+// Release frees addr if owner holds it, and reports whether it did.
+func (p *Pool) Release(addr netip.Addr, owner string) bool {
+	off, ok := p.offset(addr)
+	if !ok || p.owners[off] != owner {
+		return false
+	}
+	delete(p.owners, off)
+	if off < p.next {
+		p.freed = append(p.freed, off)
+	}
+	return true
+}
+
+// Owner is who holds addr, or "".
+func (p *Pool) Owner(addr netip.Addr) string {
+	off, ok := p.offset(addr)
+	if !ok {
+		return ""
+	}
+	return p.owners[off]
+}
+
+// Allocated is the number of addresses in use.
+func (p *Pool) Allocated() int { return len(p.owners) }
+
+// Available is the number of addresses still free: a decimal string, since
+// an IPv6 pool's count does not fit an int.
+func (p *Pool) Available() *big.Int {
+	n := new(big.Int).SetUint64(p.size)
+	n.Sub(n, big.NewInt(int64(len(p.reserved)+len(p.owners))))
+	return n
+}

@@ -1,0 +1,169 @@
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func mustPool(t testing.TB, cidr, gateway string) *Pool {
+	t.Helper()
+	var gw netip.Addr
+	if gateway != "" {
+		gw = netip.MustParseAddr(gateway)
+	}
+	p, err := NewPool(netip.MustParsePrefix(cidr), gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A /29 has eight addresses: network, gateway and broadcast are never
+// handed out, the other five are, once each, then the pool is full.
+func TestAllocateNeverReservedNeverTwice(t *testing.T) {
+	p := mustPool(t, "192.168.0.0/29", "192.168.0.1")
+	seen := map[netip.Addr]bool{}
+	for i := range 5 {
+		a, err := p.Allocate(fmt.Sprint("pod", i))
+		if err != nil {
+			t.Fatalf("allocation %d: %v", i, err)
+		}
+		if seen[a] || a == netip.MustParseAddr("192.168.0.0") || a == netip.MustParseAddr("192.168.0.1") || a == netip.MustParseAddr("192.168.0.7") {
+			t.Fatalf("allocation %d gave %s (seen %v)", i, a, seen)
+		}
+		seen[a] = true
+	}
+	if _, err := p.Allocate("one-too-many"); !errors.Is(err, ErrFull) {
+		t.Fatalf("a full pool gave %v", err)
+	}
+	if p.Allocated() != 5 || p.Available().Sign() != 0 {
+		t.Errorf("allocated %d, available %s", p.Allocated(), p.Available())
+	}
+}
+
+// Only the owner frees an address; freed addresses come back oldest first,
+// after the never-used ones.
+func TestReleaseByOwnerAndReuseOrder(t *testing.T) {
+	p := mustPool(t, "10.0.0.0/28", "10.0.0.1")
+	a, _ := p.Allocate("a")
+	b, _ := p.Allocate("b")
+	if p.Release(a, "b") {
+		t.Fatal("b freed a's address")
+	}
+	if p.Owner(a) != "a" {
+		t.Fatalf("owner of %s: %q", a, p.Owner(a))
+	}
+	if !p.Release(a, "a") || !p.Release(b, "b") {
+		t.Fatal("owners could not free their addresses")
+	}
+	if p.Release(a, "a") {
+		t.Fatal("freed twice")
+	}
+	// 10.0.0.4 … 10.0.0.14 were never used: they go first.
+	for want := 4; want <= 14; want++ {
+		got, err := p.Allocate("x")
+		if err != nil || got != netip.AddrFrom4([4]byte{10, 0, 0, byte(want)}) {
+			t.Fatalf("got %s (%v), want 10.0.0.%d", got, err, want)
+		}
+	}
+	for _, want := range []netip.Addr{a, b} {
+		if got, err := p.Allocate("y"); err != nil || got != want {
+			t.Fatalf("got %s (%v), want the oldest freed %s", got, err, want)
+		}
+	}
+}
+
+func TestAllocateStatic(t *testing.T) {
+	p := mustPool(t, "192.168.0.0/24", "192.168.0.1")
+	for _, tc := range []struct {
+		addr, owner, wantErr string
+	}{
+		{"192.168.0.10", "a", ""},
+		{"192.168.0.10", "a", ""}, // again, same owner
+		{"192.168.0.10", "b", "in use by a"},
+		{"192.168.0.1", "b", "reserved"},
+		{"192.168.0.255", "b", "reserved"},
+		{"192.168.0.0", "b", "reserved"},
+		{"192.168.1.1", "b", "not in cidr 192.168.0.0/24"},
+		{"fd00::1", "b", "not in cidr"},
+	} {
+		err := p.AllocateStatic(netip.MustParseAddr(tc.addr), tc.owner)
+		if (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s for %s: %v, want %q", tc.addr, tc.owner, err, tc.wantErr)
+		}
+	}
+	// The dynamic allocator steps over the static address.
+	for range 252 {
+		a, err := p.Allocate("d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a == netip.MustParseAddr("192.168.0.10") {
+			t.Fatal("a static address handed out again")
+		}
+	}
+	if _, err := p.Allocate("d"); !errors.Is(err, ErrFull) {
+		t.Fatalf("want full, got %v", err)
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	p := mustPool(t, "fd00:10::/64", "fd00:10::1")
+	a, err := p.Allocate("a")
+	if err != nil || a != netip.MustParseAddr("fd00:10::2") {
+		t.Fatalf("first IPv6 address %s (%v)", a, err)
+	}
+	if err := p.AllocateStatic(netip.MustParseAddr("fd00:10::ffff:1"), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if p.Owner(netip.MustParseAddr("fd00:10::ffff:1")) != "b" {
+		t.Fatal("static IPv6 address not recorded")
+	}
+	if p.Available().Cmp(bigPow2(62)) >= 0 {
+		t.Errorf("available %s", p.Available())
+	}
+	wide := mustPool(t, "fd00:20::/48", "")
+	if err := wide.AllocateStatic(netip.MustParseAddr("fd00:20:0:1::5"), "c"); err == nil {
+		t.Error("an address beyond the first 2^62 of a /48 was accepted")
+	}
+}
+
+func TestNewPoolRefuses(t *testing.T) {
+	if _, err := NewPool(netip.MustParsePrefix("10.0.0.0/24"), netip.MustParseAddr("10.0.1.1")); err == nil {
+		t.Error("a gateway outside the cidr was accepted")
+	}
+	if _, err := NewPool(netip.MustParsePrefix("10.0.0.0/30"), netip.MustParseAddr("10.0.0.1")); err != nil {
+		t.Errorf("a /30 has one address for a pod: %v", err)
+	}
+}
+
+// Allocate and release in a /16 at several fill levels: the cost per
+// operation must not grow as the pool fills (issue 15: ≤ 1 µs, flat).
+func BenchmarkAllocateRelease(b *testing.B) {
+	for _, fill := range []int{0, 50, 99} {
+		b.Run(fmt.Sprintf("fill=%d%%", fill), func(b *testing.B) {
+			p := mustPool(b, "10.1.0.0/16", "10.1.0.1")
+			held := 65533 * fill / 100
+			for i := range held {
+				if _, err := p.Allocate(fmt.Sprint("held", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				a, err := p.Allocate("pod")
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Release(a, "pod")
+			}
+		})
+	}
+}
+
+func bigPow2(n uint) *big.Int { return new(big.Int).Lsh(big.NewInt(1), n) }

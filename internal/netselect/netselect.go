@@ -1,0 +1,205 @@
+// Package netselect reads the Networks a pod asks for, in the annotation
+// Multus users already write (the Network Plumbing Working Group's
+// k8s.v1.cni.cncf.io/networks), and writes what the pod got in Multus's
+// k8s.v1.cni.cncf.io/network-status, so that tools reading either work
+// unchanged with netop.
+package netselect
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The annotations, as Multus names them.
+const (
+	NetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+	StatusAnnotation   = "k8s.v1.cni.cncf.io/network-status"
+)
+
+// Selection is one Network a pod asks for.
+type Selection struct {
+	Namespace string
+	Name      string
+	// Interface is the pod's interface for it: as asked, else net1, net2,
+	// … in list order.
+	Interface string
+	// IPs are static addresses asked for; a prefix length, if given, must
+	// be the Network's.
+	IPs []netip.Prefix
+	MAC net.HardwareAddr
+}
+
+// element is the JSON form of a selection. The fields of the spec netop
+// does not act on are accepted and ignored, as Multus ignores what its
+// delegates do not use; anything else is an error.
+type element struct {
+	Name           string          `json:"name"`
+	Namespace      string          `json:"namespace,omitempty"`
+	Interface      string          `json:"interface,omitempty"`
+	IPs            []string        `json:"ips,omitempty"`
+	MAC            string          `json:"mac,omitempty"`
+	DefaultRoute   json.RawMessage `json:"default-route,omitempty"`
+	PortMappings   json.RawMessage `json:"portMappings,omitempty"`
+	Bandwidth      json.RawMessage `json:"bandwidth,omitempty"`
+	CNIArgs        json.RawMessage `json:"cni-args,omitempty"`
+	InfinibandGUI  json.RawMessage `json:"infiniband-guid,omitempty"`
+	GatewayRequest json.RawMessage `json:"gateway-request,omitempty"`
+}
+
+// Parse reads the annotation of a pod in podNamespace. An empty annotation
+// asks for nothing.
+func Parse(annotation, podNamespace string) ([]Selection, error) {
+	annotation = strings.TrimSpace(annotation)
+	if annotation == "" {
+		return nil, nil
+	}
+	var elements []element
+	if strings.HasPrefix(annotation, "[") {
+		dec := json.NewDecoder(bytes.NewReader([]byte(annotation)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&elements); err != nil {
+			return nil, fmt.Errorf("%s: not a JSON list of networks: %w", NetworksAnnotation, err)
+		}
+	} else {
+		for _, item := range strings.Split(annotation, ",") {
+			e, err := parseShort(strings.TrimSpace(item))
+			if err != nil {
+				return nil, err
+			}
+			elements = append(elements, e)
+		}
+	}
+	out := make([]Selection, 0, len(elements))
+	names := map[string]int{}
+	for i, e := range elements {
+		s, err := e.selection(i, podNamespace)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	for i := range out {
+		if out[i].Interface == "" {
+			out[i].Interface = fmt.Sprintf("net%d", i+1)
+		}
+		if j, dup := names[out[i].Interface]; dup {
+			return nil, fmt.Errorf("%s[%d].interface: %q is also the interface of [%d]", NetworksAnnotation, i, out[i].Interface, j)
+		}
+		names[out[i].Interface] = i
+	}
+	return out, nil
+}
+
+// parseShort reads [namespace/]name[@interface].
+func parseShort(item string) (element, error) {
+	var e element
+	if item == "" {
+		return e, fmt.Errorf("%s: an empty network name in the list", NetworksAnnotation)
+	}
+	rest := item
+	if ns, name, ok := strings.Cut(rest, "/"); ok {
+		e.Namespace, rest = ns, name
+	}
+	if name, iface, ok := strings.Cut(rest, "@"); ok {
+		e.Interface, rest = iface, name
+		if iface == "" {
+			return e, fmt.Errorf("%s: %q: an empty interface name after @", NetworksAnnotation, item)
+		}
+	}
+	e.Name = rest
+	return e, nil
+}
+
+func (e element) selection(i int, podNamespace string) (Selection, error) {
+	field := func(f string) string { return fmt.Sprintf("%s[%d].%s", NetworksAnnotation, i, f) }
+	s := Selection{Namespace: e.Namespace, Name: e.Name, Interface: e.Interface}
+	if s.Namespace == "" {
+		s.Namespace = podNamespace
+	}
+	if msgs := validation.IsDNS1123Subdomain(s.Name); len(msgs) > 0 {
+		return s, fmt.Errorf("%s: %q: %s", field("name"), s.Name, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Label(s.Namespace); len(msgs) > 0 {
+		return s, fmt.Errorf("%s: %q: %s", field("namespace"), s.Namespace, strings.Join(msgs, "; "))
+	}
+	if s.Interface != "" {
+		if err := validInterface(s.Interface); err != nil {
+			return s, fmt.Errorf("%s: %q: %w", field("interface"), s.Interface, err)
+		}
+	}
+	for j, ip := range e.IPs {
+		p, err := parseIP(ip)
+		if err != nil {
+			return s, fmt.Errorf("%s[%d]: %q: %w", field("ips"), j, ip, err)
+		}
+		s.IPs = append(s.IPs, p)
+	}
+	if e.MAC != "" {
+		mac, err := net.ParseMAC(e.MAC)
+		if err != nil || len(mac) != 6 {
+			return s, fmt.Errorf("%s: %q: not a 48-bit MAC address", field("mac"), e.MAC)
+		}
+		if mac[0]&1 == 1 {
+			return s, fmt.Errorf("%s: %q: a multicast address cannot be an interface's", field("mac"), e.MAC)
+		}
+		s.MAC = mac
+	}
+	return s, nil
+}
+
+// parseIP reads an address, with or without its prefix length.
+func parseIP(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("not an IP address")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// validInterface: what Linux takes as an interface name, and not the
+// pod's own eth0 or lo, which netop never touches.
+func validInterface(name string) error {
+	switch {
+	case len(name) > 15:
+		return fmt.Errorf("longer than 15 characters")
+	case name == "." || name == "..":
+		return fmt.Errorf("not a name")
+	case strings.ContainsAny(name, "/: \t\n"):
+		return fmt.Errorf("has '/', ':' or white space")
+	case name == "eth0" || name == "lo":
+		return fmt.Errorf("the pod's own interface, which netop leaves alone")
+	}
+	return nil
+}
+
+// Status is one entry of k8s.v1.cni.cncf.io/network-status.
+type Status struct {
+	// Name is namespace/name of the Network.
+	Name      string   `json:"name"`
+	Interface string   `json:"interface,omitempty"`
+	IPs       []string `json:"ips,omitempty"`
+	MAC       string   `json:"mac,omitempty"`
+	// Default marks the pod's primary network.
+	Default bool `json:"default,omitempty"`
+	DNS     struct {
+		Nameservers []string `json:"nameservers,omitempty"`
+	} `json:"dns"`
+}
+
+// StatusAnnotationValue is the annotation's value for statuses.
+func StatusAnnotationValue(statuses []Status) (string, error) {
+	data, err := json.MarshalIndent(statuses, "", "    ")
+	if err != nil {
+		return "", err
+	}
+	return string(data), nil
+}

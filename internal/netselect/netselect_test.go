@@ -1,0 +1,71 @@
+package netselect
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		annotation string
+		want       string // "namespace/name@interface ips mac" per selection, "; "-joined
+		wantErr    string
+	}{
+		{"", "", ""},
+		{"example-network", "pods/example-network@net1 [] ", ""},
+		{"example-network, other-ns/net,net@eth5", "pods/example-network@net1 [] ; other-ns/net@net2 [] ; pods/net@eth5 [] ", ""},
+		{`[{"name":"a"},{"name":"b","namespace":"x","interface":"data0","ips":["192.168.0.10/16","fd00::10"],"mac":"02:00:00:00:00:01","default-route":["192.168.0.1"]}]`,
+			"pods/a@net1 [] ; x/b@data0 [192.168.0.10/16 fd00::10/128] 02:00:00:00:00:01", ""},
+		{"a@net2,b", "", `[1].interface: "net2" is also the interface of [0]`},
+		{"a,,b", "", "an empty network name"},
+		{"a@", "", "an empty interface name"},
+		{"Bad_Name", "", `[0].name: "Bad_Name"`},
+		{"a@eth0", "", "the pod's own interface"},
+		{"a@averyveryverylongname", "", "longer than 15"},
+		{`[{"name":"a","ips":["nope"]}]`, "", `[0].ips[0]: "nope": not an IP address`},
+		{`[{"name":"a","mac":"01:00:5e:00:00:01"}]`, "", "multicast"},
+		{`[{"name":"a","mac":"zz"}]`, "", "[0].mac"},
+		{`[{"name":"a","colour":"blue"}]`, "", `unknown field "colour"`},
+		{`[{"name":"a"}`, "", "not a JSON list"},
+	} {
+		got, err := Parse(tc.annotation, "pods")
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one saying %q", tc.annotation, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.annotation, err)
+			continue
+		}
+		var parts []string
+		for _, s := range got {
+			parts = append(parts, fmt.Sprintf("%s/%s@%s %v %s", s.Namespace, s.Name, s.Interface, s.IPs, s.MAC))
+		}
+		if g := strings.Join(parts, "; "); g != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.annotation, g, tc.want)
+		}
+	}
+}
+
+// The status reads back as Multus writes it: name, interface, ips, mac,
+// default, dns.
+func TestStatusAnnotationValue(t *testing.T) {
+	v, err := StatusAnnotationValue([]Status{{Name: "default/example-network", Interface: "net1", IPs: []string{"192.168.0.2"}, MAC: "02:00:00:00:00:01"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []map[string]any
+	if err := json.Unmarshal([]byte(v), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 1 || back[0]["name"] != "default/example-network" || back[0]["interface"] != "net1" || back[0]["mac"] != "02:00:00:00:00:01" {
+		t.Errorf("status %s", v)
+	}
+	if _, ok := back[0]["dns"]; !ok {
+		t.Errorf("no dns in %s (Multus always writes it)", v)
+	}
+}
