@@ -1,0 +1,213 @@
+// Package cni attaches pods to Networks on a node: for each Network a pod
+// joins, a veth pair whose host end is a port of the Network's bridge (in
+// the node's network namespace, where netop makes its bridges) and whose
+// other end is the pod's interface (net1, …) with the pod's address. It is
+// the part of netop's CNI plugin below the CNI protocol: ADD, CHECK and an
+// idempotent DEL that needs nothing but the node (the host end's name is
+// derived from the container and interface, so DEL works when the API
+// server is down and when the pod's namespace is gone).
+package cni
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is one pod interface on a Network's bridge.
+type Attachment struct {
+	ContainerID string
+	// Netns is the path of the pod's network namespace (CNI_NETNS).
+	Netns string
+	// Interface is the pod's interface (CNI_IFNAME).
+	Interface string
+	// Bridge is the Network's bridge in the node's namespace.
+	Bridge string
+	// Addresses have the Network's prefix length, so that the pod gets
+	// the connected route of the cidr.
+	Addresses []netip.Prefix
+	// MAC is the pod interface's address; nil lets the kernel choose.
+	MAC net.HardwareAddr
+}
+
+// Attached is what an attachment made.
+type Attached struct {
+	HostVeth string
+	MAC      net.HardwareAddr
+}
+
+// Attacher works in one node namespace.
+type Attacher struct {
+	node *netlink.Handle
+}
+
+// NewAttacher works in the node namespace ns (the attacher keeps no
+// reference to ns once it returns).
+func NewAttacher(ns netns.NsHandle) (*Attacher, error) {
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
+	}
+	return &Attacher{node: h}, nil
+}
+
+// Close releases the attacher.
+func (a *Attacher) Close() { a.node.Close() }
+
+// HostVethName is the host end's name for a container's interface: the
+// same on ADD and DEL, at most 15 bytes.
+func HostVethName(containerID, iface string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + iface))
+	return "nv" + hex.EncodeToString(sum[:])[:13]
+}
+
+// Add attaches the pod. An attachment left by an earlier ADD of the same
+// container and interface is replaced; on failure nothing is left.
+func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
+	bridge, err := a.node.LinkByName(at.Bridge)
+	if err != nil {
+		return Attached{}, fmt.Errorf("bridge %s of the network: %w", at.Bridge, err)
+	}
+	podNS, err := netns.GetFromPath(at.Netns)
+	if err != nil {
+		return Attached{}, fmt.Errorf("pod network namespace %s: %w", at.Netns, err)
+	}
+	defer func() { _ = podNS.Close() }()
+	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
+	if err != nil {
+		return Attached{}, fmt.Errorf("netlink in the pod's network namespace: %w", err)
+	}
+	defer pod.Close()
+	if _, err := pod.LinkByName(at.Interface); err == nil {
+		return Attached{}, fmt.Errorf("interface %s: the pod already has one", at.Interface)
+	}
+
+	hostVeth := HostVethName(at.ContainerID, at.Interface)
+	if err := a.deleteLink(hostVeth); err != nil {
+		return Attached{}, err
+	}
+	veth := &netlink.Veth{
+		LinkAttrs:        netlink.LinkAttrs{Name: hostVeth, MTU: bridge.Attrs().MTU, MasterIndex: bridge.Attrs().Index},
+		PeerName:         at.Interface,
+		PeerNamespace:    netlink.NsFd(podNS),
+		PeerMTU:          uint32(bridge.Attrs().MTU),
+		PeerHardwareAddr: at.MAC,
+	}
+	if err := a.node.LinkAdd(veth); err != nil {
+		return Attached{}, fmt.Errorf("creating veth %s for %s: %w", hostVeth, at.Interface, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = a.deleteLink(hostVeth) // takes the pod's end with it
+		}
+	}()
+	host, err := a.node.LinkByName(hostVeth)
+	if err != nil {
+		return Attached{}, err
+	}
+	if err := a.node.LinkSetUp(host); err != nil {
+		return Attached{}, fmt.Errorf("setting %s up: %w", hostVeth, err)
+	}
+	link, err := pod.LinkByName(at.Interface)
+	if err != nil {
+		return Attached{}, fmt.Errorf("the pod's end %s: %w", at.Interface, err)
+	}
+	for _, addr := range at.Addresses {
+		if err := pod.AddrAdd(link, &netlink.Addr{IPNet: ipNet(addr)}); err != nil {
+			return Attached{}, fmt.Errorf("adding %s to %s: %w", addr, at.Interface, err)
+		}
+	}
+	if err := pod.LinkSetUp(link); err != nil {
+		return Attached{}, fmt.Errorf("setting %s up: %w", at.Interface, err)
+	}
+	return Attached{HostVeth: hostVeth, MAC: link.Attrs().HardwareAddr}, nil
+}
+
+// Check reports what differs from the attachment, or nil.
+func (a *Attacher) Check(at Attachment) error {
+	bridge, err := a.node.LinkByName(at.Bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s of the network: %w", at.Bridge, err)
+	}
+	host, err := a.node.LinkByName(HostVethName(at.ContainerID, at.Interface))
+	if err != nil {
+		return fmt.Errorf("host end of %s: %w", at.Interface, err)
+	}
+	if host.Attrs().MasterIndex != bridge.Attrs().Index {
+		return fmt.Errorf("host end %s: not a port of bridge %s", host.Attrs().Name, at.Bridge)
+	}
+	podNS, err := netns.GetFromPath(at.Netns)
+	if err != nil {
+		return fmt.Errorf("pod network namespace %s: %w", at.Netns, err)
+	}
+	defer func() { _ = podNS.Close() }()
+	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer pod.Close()
+	link, err := pod.LinkByName(at.Interface)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", at.Interface, err)
+	}
+	if link.Attrs().OperState == netlink.OperDown || link.Attrs().Flags&net.FlagUp == 0 {
+		return fmt.Errorf("interface %s: down", at.Interface)
+	}
+	have, err := pod.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return err
+	}
+	for _, want := range at.Addresses {
+		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == ipNet(want).String() }) {
+			return fmt.Errorf("interface %s: no address %s", at.Interface, want)
+		}
+	}
+	return nil
+}
+
+// Del detaches the pod's interface: the host end goes, and the pod's end
+// with it. Nothing to detach is not an error.
+func (a *Attacher) Del(containerID, iface string) error {
+	return a.deleteLink(HostVethName(containerID, iface))
+}
+
+// HostVeths lists the host ends netop made on this node, by name.
+func (a *Attacher) HostVeths() ([]string, error) {
+	links, err := a.node.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, l := range links {
+		if l.Type() == "veth" && len(l.Attrs().Name) == 15 && l.Attrs().Name[:2] == "nv" {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names, nil
+}
+
+func (a *Attacher) deleteLink(name string) error {
+	link, err := a.node.LinkByName(name)
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up %s: %w", name, err)
+	}
+	if err := a.node.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}

@@ -1,0 +1,155 @@
+package cni
+
+import (
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/nettest"
+)
+
+// namespace makes a throwaway named network namespace and a netlink
+// handle in it.
+func namespace(t *testing.T, prefix string) (path string, h *netlink.Handle, ns netns.NsHandle) {
+	t.Helper()
+	name := nettest.NetnsName(prefix)
+	if err := linux.EnsureNetns(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(name) })
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return filepath.Join("/run/netns", name), h, ns
+}
+
+// A pod joins a Network: its net1 has the address (and so the cidr's
+// route), is up, and its other end is a port of the bridge; CHECK agrees;
+// DEL removes both ends, again and again; ADD again after a crash
+// replaces what was left.
+func TestAddCheckDel(t *testing.T) {
+	nettest.RequireRoot(t)
+	_, node, nodeNS := namespace(t, "netop-cn-")
+	podPath, pod, _ := namespace(t, "netop-cp-")
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: 1400}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAttacher(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mac, _ := net.ParseMAC("02:00:00:00:00:42")
+	at := Attachment{ContainerID: "c0ffee", Netns: podPath, Interface: "net1", Bridge: "br-test",
+		Addresses: []netip.Prefix{netip.MustParsePrefix("192.168.0.2/16"), netip.MustParsePrefix("fd00::2/64")}, MAC: mac}
+	got, err := a.Add(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MAC.String() != mac.String() || got.HostVeth != HostVethName("c0ffee", "net1") {
+		t.Errorf("attached %+v", got)
+	}
+	link, err := pod.LinkByName("net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if link.Attrs().MTU != 1400 || link.Attrs().Flags&net.FlagUp == 0 {
+		t.Errorf("net1: MTU %d, flags %v", link.Attrs().MTU, link.Attrs().Flags)
+	}
+	routes, err := pod.RouteList(link, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routes) != 1 || routes[0].Dst.String() != "192.168.0.0/16" {
+		t.Errorf("routes of net1: %v, want the cidr's", routes)
+	}
+	host, err := node.LinkByName(got.HostVeth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridge, _ := node.LinkByName("br-test")
+	if host.Attrs().MasterIndex != bridge.Attrs().Index {
+		t.Error("the host end is not a port of the bridge")
+	}
+	if err := a.Check(at); err != nil {
+		t.Errorf("CHECK after ADD: %v", err)
+	}
+	if _, err := a.Add(at); err == nil {
+		t.Error("a second ADD of net1 into the same pod succeeded")
+	}
+
+	if err := a.Del("c0ffee", "net1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pod.LinkByName("net1"); err == nil {
+		t.Error("net1 still in the pod after DEL")
+	}
+	if _, err := node.LinkByName(got.HostVeth); err == nil {
+		t.Error("the host end still there after DEL")
+	}
+	if err := a.Check(at); err == nil {
+		t.Error("CHECK passed after DEL")
+	}
+	for range 2 {
+		if err := a.Del("c0ffee", "net1"); err != nil {
+			t.Errorf("repeated DEL: %v", err)
+		}
+	}
+
+	// A host end left by a crashed ADD (its pod end in another, dead
+	// namespace) is replaced.
+	_, _, otherNS := namespace(t, "netop-co-")
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: got.HostVeth}, PeerName: "net1", PeerNamespace: netlink.NsFd(otherNS)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Add(at); err != nil {
+		t.Fatalf("ADD over a leftover: %v", err)
+	}
+	if veths, err := a.HostVeths(); err != nil || len(veths) != 1 {
+		t.Errorf("host ends %v (%v), want one", veths, err)
+	}
+}
+
+// A bridge that does not exist, an address that cannot be added: an
+// error, and nothing left behind.
+func TestAddFailsCleanly(t *testing.T) {
+	nettest.RequireRoot(t)
+	_, node, nodeNS := namespace(t, "netop-cn-")
+	podPath, pod, _ := namespace(t, "netop-cp-")
+	a, err := NewAttacher(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	at := Attachment{ContainerID: "c1", Netns: podPath, Interface: "net1", Bridge: "no-such-bridge"}
+	if _, err := a.Add(at); err == nil {
+		t.Fatal("ADD to a missing bridge succeeded")
+	}
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test"}}); err != nil {
+		t.Fatal(err)
+	}
+	at.Bridge = "br-test"
+	at.Addresses = []netip.Prefix{netip.MustParsePrefix("192.168.0.2/16"), netip.MustParsePrefix("192.168.0.2/16")}
+	if _, err := a.Add(at); err == nil {
+		t.Fatal("ADD with the same address twice succeeded")
+	}
+	if _, err := pod.LinkByName("net1"); err == nil {
+		t.Error("a failed ADD left net1 in the pod")
+	}
+	if veths, _ := a.HostVeths(); len(veths) != 0 {
+		t.Errorf("a failed ADD left %v", veths)
+	}
+}
