@@ -1,0 +1,491 @@
+// Package podnet allocates the addresses of the pods that join Networks.
+// It is the one writer of allocations: when a pod asks for Networks (Multus's
+// k8s.v1.cni.cncf.io/networks), it picks an address of each Network's cidr
+// and a MAC, and writes them on the pod in one patch, as netop's own
+// allocations annotation and as Multus's network-status, with the pod's
+// resourceVersion. An address is in use exactly while a pod that has not
+// finished carries it: deleted and finished pods free theirs with no write,
+// and a restarted controller rebuilds every Network's pool from the pods
+// before it allocates anything. The CNI plugin on the node reads the
+// annotation and attaches the pod.
+package podnet
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/ipam"
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/netspec"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "podnet"
+
+// AllocationsAnnotation holds what netop allocated to the pod: the source
+// of truth a restarted controller rebuilds from.
+const AllocationsAnnotation = "networks.netop.dev/allocations"
+
+// Reasons of the Events on pods.
+const (
+	ReasonAllocated       = "AddressesAllocated"
+	ReasonInvalidNetworks = "InvalidNetworks"
+	ReasonNetworkNotFound = "NetworkNotFound"
+	ReasonNoFreeAddress   = "NoFreeAddress"
+	ReasonAddressRefused  = "AddressRefused"
+)
+
+// Allocation is one interface of a pod on a Network.
+type Allocation struct {
+	// Network is namespace/name.
+	Network    string    `json:"network"`
+	NetworkUID types.UID `json:"networkUID"`
+	Interface  string    `json:"interface"`
+	// IPs have the Network's prefix length.
+	IPs []string `json:"ips"`
+	MAC string   `json:"mac"`
+}
+
+// Options configure the controller.
+type Options struct {
+	Workers int
+	// Resolver reads Networks' specs under the operator's policy.
+	Resolver netspec.Resolver
+}
+
+// Controller allocates pods' addresses.
+type Controller struct {
+	*runner.Controller
+	kube     kubernetes.Interface
+	pods     corelisters.PodLister
+	networks samplecrdlisters.NetworkLister
+	recorder record.EventRecorder
+	resolver netspec.Resolver
+
+	mu sync.Mutex
+	// pools by Network UID, built on first use from the pods.
+	pools map[types.UID]*ipam.Pool
+	// held: what each pod holds, by pod.
+	held map[cache.ObjectName]held
+	// waiting: pods that wait for a Network to appear or to free an
+	// address, by Network namespace/name.
+	waiting map[string]map[cache.ObjectName]bool
+}
+
+type held struct {
+	uid         types.UID
+	allocations []Allocation
+}
+
+// New makes the controller; call it before the informers start.
+func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, networks samplecrdinformers.NetworkInformer,
+	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	c := &Controller{
+		kube: kube, pods: pods.Lister(), networks: networks.Lister(), recorder: recorder, resolver: o.Resolver,
+		pools: map[types.UID]*ipam.Pool{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
+	}
+	var err error
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	podsHandled, err := pods.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueuePod,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
+			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] ||
+				o.Annotations[AllocationsAnnotation] != n.Annotations[AllocationsAnnotation] || finished(o) != finished(n) {
+				c.enqueuePod(n)
+			}
+		},
+		DeleteFunc: c.Enqueue,
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Pod event handler: %w", err)
+	}
+	networksHandled, err := networks.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.wake,
+		UpdateFunc: func(_, newObj any) { c.wake(newObj) },
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Network event handler: %w", err)
+	}
+	c.WaitFor(podsHandled.HasSyncedChecker(), networksHandled.HasSyncedChecker())
+	return c, nil
+}
+
+func (c *Controller) enqueuePod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if ok && (pod.Annotations[netselect.NetworksAnnotation] != "" || pod.Annotations[AllocationsAnnotation] != "") {
+		c.Enqueue(pod)
+	}
+}
+
+// wake queues the pods waiting for a Network.
+func (c *Controller) wake(obj any) {
+	n, ok := obj.(*samplecrdv1.Network)
+	if !ok {
+		return
+	}
+	c.wakeNetwork(n.Namespace + "/" + n.Name)
+}
+
+func (c *Controller) wakeNetwork(key string) {
+	c.mu.Lock()
+	waiting := c.waiting[key]
+	delete(c.waiting, key)
+	c.mu.Unlock()
+	for name := range waiting {
+		c.Add(name)
+	}
+}
+
+// finished: the pod's containers are done and will not run again, so its
+// addresses can go to others.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// sync gives a pod the addresses it asks for, or frees those of a pod that
+// went or finished.
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		c.release(name, "")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if finished(pod) {
+		c.release(name, "")
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v", err)
+		return nil
+	}
+	if written := pod.Annotations[AllocationsAnnotation]; written != "" {
+		var have []Allocation
+		if err := json.Unmarshal([]byte(written), &have); err == nil && satisfies(have, selections) {
+			c.adopt(name, pod.UID, have)
+			return nil
+		}
+	}
+	if len(selections) == 0 {
+		c.release(name, "")
+		return nil
+	}
+
+	allocations, err := c.allocate(pod, selections)
+	if err != nil {
+		var wait *waitError
+		if errors.As(err, &wait) {
+			c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
+			logger.V(1).Info("Pod waits for its networks", "reason", wait.reason, "message", wait.msg)
+			return nil
+		}
+		return err
+	}
+	if err := c.write(ctx, pod, allocations); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.release(name, pod.UID)
+		}
+		return err
+	}
+	var parts []string
+	for _, a := range allocations {
+		parts = append(parts, fmt.Sprintf("%s %s on %s", a.Interface, strings.Join(a.IPs, ","), a.Network))
+	}
+	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", strings.Join(parts, "; "))
+	logger.V(1).Info("Allocated", "allocations", parts)
+	return nil
+}
+
+// satisfies: the allocations written match the selections interface for
+// interface (the annotation did not change since).
+func satisfies(have []Allocation, selections []netselect.Selection) bool {
+	if len(have) != len(selections) {
+		return false
+	}
+	for i, s := range selections {
+		if have[i].Interface != s.Interface || have[i].Network != s.Namespace+"/"+s.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// waitError: the pod cannot get its addresses now; it is woken when the
+// Network appears or frees an address.
+type waitError struct{ reason, msg string }
+
+func (e *waitError) Error() string { return e.msg }
+
+// allocate picks the pod's addresses, all or none, keeping those it holds
+// already (a write that has not reached the cache yet, a retried write).
+func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection) ([]Allocation, error) {
+	name := cache.MetaObjectToName(pod)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.held[name]; ok && h.uid == pod.UID && satisfies(h.allocations, selections) {
+		return h.allocations, nil
+	}
+	c.releaseLocked(name, "")
+	var out []Allocation
+	undo := func() {
+		for _, a := range out {
+			c.freeLocked(pod.UID, a)
+		}
+	}
+	for _, s := range selections {
+		key := s.Namespace + "/" + s.Name
+		network, err := c.networks.Networks(s.Namespace).Get(s.Name)
+		if err != nil {
+			undo()
+			c.waitLocked(key, name)
+			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
+		}
+		pool, err := c.poolLocked(network)
+		if err != nil {
+			undo()
+			c.waitLocked(key, name)
+			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
+		}
+		owner := ownerKey(pod.UID, s.Interface)
+		a := Allocation{Network: key, NetworkUID: network.UID, Interface: s.Interface}
+		var addrs []netip.Addr
+		if len(s.IPs) > 0 {
+			for _, want := range s.IPs {
+				if want.Bits() != want.Addr().BitLen() && want.Bits() != pool.Prefix().Bits() {
+					undo()
+					return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: address %s: prefix length %d, the Network's is %d", key, want, want.Bits(), pool.Prefix().Bits())}
+				}
+				if err := pool.AllocateStatic(want.Addr(), owner); err != nil {
+					undo()
+					c.waitLocked(key, name)
+					return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: %v", key, err)}
+				}
+				addrs = append(addrs, want.Addr())
+			}
+		} else {
+			addr, err := pool.Allocate(owner)
+			if errors.Is(err, ipam.ErrFull) {
+				undo()
+				c.waitLocked(key, name)
+				return nil, &waitError{ReasonNoFreeAddress, fmt.Sprintf("Network %s has no free address", key)}
+			}
+			if err != nil {
+				undo()
+				return nil, err
+			}
+			addrs = append(addrs, addr)
+		}
+		for _, addr := range addrs {
+			a.IPs = append(a.IPs, netip.PrefixFrom(addr, pool.Prefix().Bits()).String())
+		}
+		a.MAC = macFor(addrs[0], s.MAC)
+		out = append(out, a)
+	}
+	c.held[name] = held{uid: pod.UID, allocations: out}
+	return out, nil
+}
+
+func ownerKey(uid types.UID, iface string) string { return string(uid) + "/" + iface }
+
+// macFor is the interface's MAC: the one asked for, else one derived from
+// its address (0a:58 and the last four bytes, as OVN-Kubernetes does), so
+// that it is known before the interface exists.
+func macFor(addr netip.Addr, asked net.HardwareAddr) string {
+	if asked != nil {
+		return asked.String()
+	}
+	b := addr.As16()
+	mac := net.HardwareAddr{0x0a, 0x58, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(mac[2:], binary.BigEndian.Uint32(b[12:]))
+	return mac.String()
+}
+
+func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
+	if c.waiting[network] == nil {
+		c.waiting[network] = map[cache.ObjectName]bool{}
+	}
+	c.waiting[network][pod] = true
+}
+
+// poolLocked is the pool of a Network, built from the allocations the pods
+// carry the first time it is needed.
+func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error) {
+	if p, ok := c.pools[network.UID]; ok {
+		return p, nil
+	}
+	resolved, errs := c.resolver.Resolve(network.Spec)
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	p, err := ipam.NewPool(resolved.Prefix, resolved.Gateway)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	for _, pod := range pods {
+		written := pod.Annotations[AllocationsAnnotation]
+		if written == "" || finished(pod) {
+			continue
+		}
+		var have []Allocation
+		if err := json.Unmarshal([]byte(written), &have); err != nil {
+			continue
+		}
+		name := cache.MetaObjectToName(pod)
+		h, known := c.held[name]
+		if known && h.uid != pod.UID {
+			continue // a newer pod of that name holds its own
+		}
+		for _, a := range have {
+			if a.NetworkUID != network.UID {
+				continue
+			}
+			for _, ip := range a.IPs {
+				prefix, err := netip.ParsePrefix(ip)
+				if err != nil {
+					continue
+				}
+				// Two live pods with one address would be a duplicate
+				// made elsewhere; the second is not given it.
+				_ = p.AllocateStatic(prefix.Addr(), ownerKey(pod.UID, a.Interface))
+			}
+			// Recorded at once, so that the pod's deletion frees it even
+			// if the pod is never synced before.
+			if !known {
+				h.uid = pod.UID
+				h.allocations = append(h.allocations, a)
+				c.held[name] = h
+			}
+		}
+	}
+	c.pools[network.UID] = p
+	return p, nil
+}
+
+// adopt records what a pod carries, after a restart or once our own write
+// is in the cache.
+func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []Allocation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.held[name]; ok && h.uid == uid && len(h.allocations) == len(have) {
+		return
+	}
+	for _, a := range have {
+		namespace, networkName, _ := strings.Cut(a.Network, "/")
+		network, err := c.networks.Networks(namespace).Get(networkName)
+		if err != nil || network.UID != a.NetworkUID {
+			continue
+		}
+		// Building the pool takes in every pod's allocations, this one's
+		// among them.
+		if _, err := c.poolLocked(network); err != nil {
+			continue
+		}
+	}
+	c.held[name] = held{uid: uid, allocations: have}
+}
+
+// release frees what the pod named holds (of the pod with uid, if given).
+func (c *Controller) release(name cache.ObjectName, uid types.UID) {
+	c.mu.Lock()
+	networks := c.releaseLocked(name, uid)
+	c.mu.Unlock()
+	for _, n := range networks {
+		c.wakeNetwork(n)
+	}
+}
+
+func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []string {
+	h, ok := c.held[name]
+	if !ok || uid != "" && h.uid != uid {
+		return nil
+	}
+	delete(c.held, name)
+	var networks []string
+	for _, a := range h.allocations {
+		c.freeLocked(h.uid, a)
+		networks = append(networks, a.Network)
+	}
+	return networks
+}
+
+func (c *Controller) freeLocked(uid types.UID, a Allocation) {
+	pool, ok := c.pools[a.NetworkUID]
+	if !ok {
+		return
+	}
+	for _, ip := range a.IPs {
+		if prefix, err := netip.ParsePrefix(ip); err == nil {
+			pool.Release(prefix.Addr(), ownerKey(uid, a.Interface))
+		}
+	}
+}
+
+// write puts the allocations on the pod, as netop's annotation and as
+// Multus's network-status, in one patch that holds only if the pod is
+// still the one the cache showed.
+func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []Allocation) error {
+	own, err := json.Marshal(allocations)
+	if err != nil {
+		return err
+	}
+	var statuses []netselect.Status
+	for _, a := range allocations {
+		s := netselect.Status{Name: a.Network, Interface: a.Interface, MAC: a.MAC}
+		for _, ip := range a.IPs {
+			s.IPs = append(s.IPs, strings.SplitN(ip, "/", 2)[0])
+		}
+		statuses = append(statuses, s)
+	}
+	status, err := netselect.StatusAnnotationValue(statuses)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"uid":             pod.UID,
+		"annotations":     map[string]string{AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("writing the pod's allocations: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+// Package podnet tests the allocation of pods' addresses against a real API
+// server, without a node: the allocation happens when a pod is created,
+// before it is scheduled.
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeinformers "k8s.io/client-go/informers"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netop-dev/netop/internal/controller/podnet"
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// startController runs the allocation controller until the returned stop.
+func startController(t *testing.T, env *testenv.Env) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	kubeFactory := kubeinformers.NewSharedInformerFactory(env.Kube, 0)
+	netFactory := informers.NewSharedInformerFactory(env.Netop, 0)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme(), corev1.EventSource{Component: "netop"})
+	c, err := podnet.New(ctx, env.Kube, kubeFactory.Core().V1().Pods(), netFactory.Samplecrd().V1().Networks(), recorder, metrics.New(), podnet.Options{Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeFactory.Start(ctx.Done())
+	netFactory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		<-done
+		kubeFactory.Shutdown()
+		netFactory.Shutdown()
+		broadcaster.Shutdown()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func createNetwork(t *testing.T, env *testenv.Env, ns, name, cidr string) {
+	t.Helper()
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createPod(t *testing.T, env *testenv.Env, ns, name, networks string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: networks}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allocations reads the allocations of every pod of ns, by pod.
+func allocations(t *testing.T, env *testenv.Env, ns string) map[string][]podnet.Allocation {
+	t.Helper()
+	pods, err := env.Kube.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]podnet.Allocation{}
+	for _, p := range pods.Items {
+		if v := p.Annotations[podnet.AllocationsAnnotation]; v != "" {
+			var a []podnet.Allocation
+			if err := json.Unmarshal([]byte(v), &a); err != nil {
+				t.Fatalf("pod %s: %v", p.Name, err)
+			}
+			out[p.Name] = a
+		}
+	}
+	return out
+}
+
+// duplicates lists addresses held by more than one pod.
+func duplicates(all map[string][]podnet.Allocation) []string {
+	seen := map[string]string{}
+	var dups []string
+	for pod, as := range all {
+		for _, a := range as {
+			for _, ip := range a.IPs {
+				key := a.Network + " " + ip
+				if other, ok := seen[key]; ok {
+					dups = append(dups, fmt.Sprintf("%s held by %s and %s", key, other, pod))
+				}
+				seen[key] = pod
+			}
+		}
+	}
+	return dups
+}
+
+func waitAllocated(t *testing.T, env *testenv.Env, ns string, n int) map[string][]podnet.Allocation {
+	t.Helper()
+	var all map[string][]podnet.Allocation
+	testenv.Eventually(t, 60*time.Second, func(context.Context) (bool, string) {
+		all = allocations(t, env, ns)
+		return len(all) == n, fmt.Sprintf("%d of %d pods allocated", len(all), n)
+	})
+	return all
+}
+
+// Fifty pods created at once get fifty distinct addresses of the cidr,
+// never the network, gateway or broadcast address, with Multus's
+// network-status beside; several Networks and interfaces per pod work.
+func TestConcurrentPodsGetDistinctAddresses(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createNetwork(t, env, ns, "example-network", "192.168.0.0/16")
+	createNetwork(t, env, ns, "second", "fd00:42::/64")
+	startController(t, env)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { createPod(t, env, ns, fmt.Sprintf("p%02d", i), "example-network,second@data") })
+	}
+	wg.Wait()
+	all := waitAllocated(t, env, ns, 50)
+	if dups := duplicates(all); len(dups) > 0 {
+		t.Fatalf("duplicates: %v", dups)
+	}
+	prefix := netip.MustParsePrefix("192.168.0.0/16")
+	for pod, as := range all {
+		if len(as) != 2 || as[0].Interface != "net1" || as[1].Interface != "data" {
+			t.Fatalf("pod %s: %+v", pod, as)
+		}
+		p := netip.MustParsePrefix(as[0].IPs[0])
+		if !prefix.Contains(p.Addr()) || p.Bits() != 16 || p.Addr() == netip.MustParseAddr("192.168.0.0") || p.Addr() == netip.MustParseAddr("192.168.0.1") || p.Addr() == netip.MustParseAddr("192.168.255.255") {
+			t.Errorf("pod %s: address %s", pod, p)
+		}
+	}
+	got, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), "p00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status []netselect.Status
+	if err := json.Unmarshal([]byte(got.Annotations[netselect.StatusAnnotation]), &status); err != nil || len(status) != 2 {
+		t.Fatalf("network-status %q: %v", got.Annotations[netselect.StatusAnnotation], err)
+	}
+	if status[0].Name != ns+"/example-network" || status[0].Interface != "net1" || len(status[0].IPs) != 1 || status[0].MAC == "" {
+		t.Errorf("network-status %+v", status[0])
+	}
+}
+
+// A full Network leaves the pod waiting, with an Event naming the Network;
+// when a pod goes, the waiting one gets its address.
+func TestFullNetworkWaitsThenRecovers(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createNetwork(t, env, ns, "tiny", "10.77.0.0/29") // 5 addresses for pods
+	startController(t, env)
+	for i := range 5 {
+		createPod(t, env, ns, fmt.Sprintf("p%d", i), "tiny")
+	}
+	waitAllocated(t, env, ns, 5)
+	createPod(t, env, ns, "late", "tiny")
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=late"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == podnet.ReasonNoFreeAddress && e.Message == fmt.Sprintf("Network %s/tiny has no free address", ns) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none %s", len(events.Items), podnet.ReasonNoFreeAddress)
+	})
+	freed := allocations(t, env, ns)["p2"][0].IPs[0]
+	if err := env.Kube.CoreV1().Pods(ns).Delete(t.Context(), "p2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	all := waitAllocated(t, env, ns, 5) // p2 gone, late in
+	if got := all["late"]; len(got) != 1 || got[0].IPs[0] != freed {
+		t.Errorf("late got %+v, want the freed %s", got, freed)
+	}
+}
+
+// A restarted controller rebuilds from the pods: new pods never get an
+// address a live pod has, and the addresses of pods deleted while it was
+// down are free again.
+func TestRestartRebuildsFromPods(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createNetwork(t, env, ns, "n", "10.78.0.0/28") // 13 addresses for pods
+	stop := startController(t, env)
+	for i := range 10 {
+		createPod(t, env, ns, fmt.Sprintf("a%d", i), "n")
+	}
+	waitAllocated(t, env, ns, 10)
+	stop()
+	for i := range 5 {
+		if err := env.Kube.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("a%d", i), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startController(t, env)
+	for i := range 8 {
+		createPod(t, env, ns, fmt.Sprintf("b%d", i), "n")
+	}
+	all := waitAllocated(t, env, ns, 13)
+	if dups := duplicates(all); len(dups) > 0 {
+		t.Fatalf("duplicates after the restart: %v", dups)
+	}
+}
+
+// A static address is honoured, or refused with an Event saying why.
+func TestStaticAddress(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createNetwork(t, env, ns, "n", "10.79.0.0/24")
+	startController(t, env)
+	createPod(t, env, ns, "fixed", `[{"name":"n","ips":["10.79.0.50/24"],"mac":"02:00:00:00:00:50"}]`)
+	createPod(t, env, ns, "gateway", `[{"name":"n","ips":["10.79.0.1"]}]`)
+	all := waitAllocated(t, env, ns, 1)
+	if got := all["fixed"]; len(got) != 1 || got[0].IPs[0] != "10.79.0.50/24" || got[0].MAC != "02:00:00:00:00:50" {
+		t.Errorf("fixed got %+v", got)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=gateway"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == podnet.ReasonAddressRefused {
+				return true, ""
+			}
+		}
+		return false, "no AddressRefused Event"
+	})
+}
