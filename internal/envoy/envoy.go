@@ -182,6 +182,11 @@ func (f Finder) Find(namespace string) (*Template, *corev1.ConfigMap, error) {
 	return nil, nil, nil
 }
 
+// NoTemplate says that a workload in namespace has no template to get.
+func (f Finder) NoTemplate(namespace string) string {
+	return fmt.Sprintf("no ConfigMap %s in namespace %s or %s", ConfigMapName, namespace, f.OperatorNamespace)
+}
+
 // AlreadyInjected reports whether a pod spec and its annotations already
 // carry this or any template: never inject twice.
 func (t *Template) AlreadyInjected(annotations map[string]string, spec *corev1.PodSpec) bool {

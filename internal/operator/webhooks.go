@@ -140,12 +140,11 @@ func webhooks(d webhookDeps) webhook.Set {
 	}}
 	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}}
-	injector := &pods.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, Recorder: d.recorder,
-		AllowPrivilegedTemplates: d.allowPrivilegedTemplates}
+	templates := envoy.Finder{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, AllowPrivileged: d.allowPrivilegedTemplates}
+	injector := &pods.Injector{Templates: templates, Recorder: d.recorder}
 	namespaceInjector := *injector
 	namespaceInjector.NamespaceOptIn = true
-	workloadInjector := &workloads.Injector{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace,
-		AllowPrivilegedTemplates: d.allowPrivilegedTemplates, Recorder: d.recorder}
+	workloadInjector := &workloads.Injector{Templates: templates, Recorder: d.recorder}
 
 	return webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
 		Name:    "networks.validate.samplecrd.k8s.io",

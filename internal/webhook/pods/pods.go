@@ -16,7 +16,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -26,13 +25,9 @@ import (
 
 // Injector is the Pod webhook.
 type Injector struct {
-	// ConfigMaps needs to hold only the envoy-initializer ConfigMaps.
-	ConfigMaps        corelisters.ConfigMapLister
-	OperatorNamespace string
-	// AllowPrivilegedTemplates lifts the template policy for every
-	// namespace (--allow-privileged-templates; see envoy.Finder).
-	AllowPrivilegedTemplates bool
-	Recorder                 record.EventRecorder
+	// Templates finds a pod's template under the template policy.
+	Templates envoy.Finder
+	Recorder  record.EventRecorder
 	// NamespaceOptIn is set on the handler behind the webhook that the API
 	// server calls only for pods of labelled namespaces: those pods are
 	// opted in unless annotated "false". Deciding by the API server's
@@ -71,8 +66,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if pod.Spec.HostNetwork {
 		return skip(pod, envoy.HostNetworkSkip)
 	}
-	finder := envoy.Finder{ConfigMaps: i.ConfigMaps, OperatorNamespace: i.OperatorNamespace, AllowPrivileged: i.AllowPrivilegedTemplates}
-	tmpl, cm, err := finder.Find(pod.Namespace)
+	tmpl, cm, err := i.Templates.Find(pod.Namespace)
 	if err != nil {
 		if cm != nil {
 			i.Recorder.Eventf(cm, corev1.EventTypeWarning, envoy.ReasonInvalidTemplate, "Pod %s/%s not injected: %v", pod.Namespace, podName(pod), err)
@@ -90,7 +84,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 			fmt.Sprintf("envoy sidecar requested but the template is broken: %v", err))
 	}
 	if tmpl == nil {
-		return skip(pod, fmt.Sprintf("no ConfigMap %s in namespace %s or %s", envoy.ConfigMapName, pod.Namespace, i.OperatorNamespace))
+		return skip(pod, i.Templates.NoTemplate(pod.Namespace))
 	}
 	if tmpl.AlreadyInjected(pod.Annotations, &pod.Spec) {
 		logger.V(2).Info("Already injected, left alone")

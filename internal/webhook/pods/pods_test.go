@@ -50,8 +50,8 @@ func injectorWith(t testing.TB, config string) *Injector {
 		t.Fatal(err)
 	}
 	return &Injector{
-		ConfigMaps: corelisters.NewConfigMapLister(cms),
-		Recorder:   record.NewFakeRecorder(10),
+		Templates: envoy.Finder{ConfigMaps: corelisters.NewConfigMapLister(cms)},
+		Recorder:  record.NewFakeRecorder(10),
 	}
 }
 
@@ -166,7 +166,7 @@ volumes:
 			req := review(tc.pod)
 			got := admitAndApply(t, tc.injector, req)
 
-			tmpl, _, err := envoy.Finder{ConfigMaps: tc.injector.ConfigMaps}.Find("ns")
+			tmpl, _, err := tc.injector.Templates.Find("ns")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +278,7 @@ func TestRefusesOtherKinds(t *testing.T) {
 // --allow-privileged-templates the same template is injected.
 func TestPrivilegedNamespaceTemplateIsSkipped(t *testing.T) {
 	i := injectorWith(t, "containers:\n- name: envoy\n  image: envoy\n  securityContext: {privileged: true}\n")
-	i.OperatorNamespace = "netop-system"
+	i.Templates.OperatorNamespace = "netop-system"
 	pod := bigPod(1)
 	resp := i.Admit(context.Background(), review(pod))
 	if !resp.Allowed {
@@ -316,7 +316,7 @@ func TestPrivilegedNamespaceTemplateIsSkipped(t *testing.T) {
 		t.Error("no Event")
 	}
 
-	i.AllowPrivilegedTemplates = true
+	i.Templates.AllowPrivileged = true
 	if got := admitAndApply(t, i, review(pod)); got.Spec.Containers[len(got.Spec.Containers)-1].Name != "envoy" {
 		t.Errorf("--allow-privileged-templates: not injected: %v", got.Spec.Containers)
 	}

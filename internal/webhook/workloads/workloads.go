@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -32,10 +31,8 @@ import (
 
 // Injector is the workload webhook's handler.
 type Injector struct {
-	ConfigMaps        corelisters.ConfigMapLister
-	OperatorNamespace string
-	// AllowPrivilegedTemplates is --allow-privileged-templates.
-	AllowPrivilegedTemplates bool
+	// Templates finds a workload's template under the template policy.
+	Templates envoy.Finder
 	// Recorder records on the workload what was done and why: Events are
 	// where `kubectl describe` users look. None for dry runs.
 	Recorder record.EventRecorder
@@ -115,8 +112,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if spec.HostNetwork {
 		return i.skip(w, dryRun, envoy.HostNetworkSkip)
 	}
-	finder := envoy.Finder{ConfigMaps: i.ConfigMaps, OperatorNamespace: i.OperatorNamespace, AllowPrivileged: i.AllowPrivilegedTemplates}
-	tmpl, _, err := finder.Find(w.meta.Namespace)
+	tmpl, _, err := i.Templates.Find(w.meta.Namespace)
 	if err != nil {
 		if policy := (*envoy.PolicyError)(nil); errors.As(err, &policy) {
 			return i.skip(w, dryRun, err.Error())
@@ -126,7 +122,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 			fmt.Sprintf("envoy sidecar requested but the template is broken: %v", err))
 	}
 	if tmpl == nil {
-		return i.skip(w, dryRun, fmt.Sprintf("no ConfigMap %s in namespace %s or %s", envoy.ConfigMapName, w.meta.Namespace, i.OperatorNamespace))
+		return i.skip(w, dryRun, i.Templates.NoTemplate(w.meta.Namespace))
 	}
 	if clash := tmpl.Clash(spec); clash != "" {
 		return i.skip(w, dryRun, clash)

@@ -31,7 +31,7 @@ func injector(t *testing.T) *Injector {
 		Data: map[string]string{envoy.ConfigKey: sidecar}}); err != nil {
 		t.Fatal(err)
 	}
-	return &Injector{ConfigMaps: corelisters.NewConfigMapLister(cms), OperatorNamespace: "netop-system"}
+	return &Injector{Templates: envoy.Finder{ConfigMaps: corelisters.NewConfigMapLister(cms), OperatorNamespace: "netop-system"}}
 }
 
 func podTemplate(port int32, hostNetwork bool) corev1.PodTemplateSpec {
@@ -142,7 +142,7 @@ func BenchmarkInject64KBDeployment(b *testing.B) {
 		Data: map[string]string{envoy.ConfigKey: sidecar}}); err != nil {
 		b.Fatal(err)
 	}
-	i := &Injector{ConfigMaps: corelisters.NewConfigMapLister(cms), OperatorNamespace: "netop-system"}
+	i := &Injector{Templates: envoy.Finder{ConfigMaps: corelisters.NewConfigMapLister(cms), OperatorNamespace: "netop-system"}}
 	d := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: optIn}
 	var raw []byte
 	for c := 0; len(raw) < 64<<10; c++ {
