@@ -77,6 +77,15 @@ func send(client *http.Client, url string, body io.Reader) result {
 // returns the answers of those too.
 func flood(t *testing.T, srv *httptest.Server, h *blocking, n, want int, body []byte) (rejected, served []result) {
 	t.Helper()
+	rejected, release := hold(t, srv, h, n, want, body)
+	return rejected, release()
+}
+
+// hold is flood up to the point where want handlers hold a review and the
+// other requests were answered; release lets the handlers go and returns
+// their answers.
+func hold(t *testing.T, srv *httptest.Server, h *blocking, n, want int, body []byte) (rejected []result, release func() []result) {
+	t.Helper()
 	start := make(chan struct{})
 	results := make(chan result, n)
 	var wg sync.WaitGroup
@@ -98,13 +107,16 @@ func flood(t *testing.T, srv *httptest.Server, h *blocking, n, want int, body []
 			t.Fatalf("after 30s: %d handlers hold a review, %d of %d requests answered: %+v", entered, len(rejected), n-want, rejected)
 		}
 	}
-	close(h.release)
-	wg.Wait()
-	close(results)
-	for r := range results {
-		served = append(served, r)
+	return rejected, func() []result {
+		close(h.release)
+		wg.Wait()
+		close(results)
+		var served []result
+		for r := range results {
+			served = append(served, r)
+		}
+		return served
 	}
-	return rejected, served
 }
 
 func checkRejected(t *testing.T, rejected []result, flag string) {
@@ -192,29 +204,7 @@ func TestLimitsBytes(t *testing.T) {
 	const n, size = 10, 1 << 20
 	h := newBlocking(n + 1)
 	srv, counts := limitedServer(t, Limits{MaxBodyBytesInFlight: 3 * size}, h, true)
-	body := review(size)
-
-	start := make(chan struct{})
-	results := make(chan result, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			<-start
-			results <- send(srv.Client(), srv.URL+"/review", bytes.NewReader(body))
-		})
-	}
-	close(start)
-	var rejected []result
-	for entered := 0; entered < 3 || len(rejected) < n-3; {
-		select {
-		case <-h.entered:
-			entered++
-		case r := <-results:
-			rejected = append(rejected, r)
-		case <-time.After(30 * time.Second): // failure guard
-			t.Fatalf("after 30s: %d handlers hold a review, %d answered", entered, len(rejected))
-		}
-	}
+	rejected, release := hold(t, srv, h, n, 3, review(size))
 	checkRejected(t, rejected, "--webhook-max-inflight-bytes")
 	if counts[LimitBytes] != n-3 {
 		t.Errorf("rejections counted %v, want %d bytes", counts, n-3)
@@ -223,14 +213,7 @@ func TestLimitsBytes(t *testing.T) {
 	if tooLarge.code != http.StatusRequestEntityTooLarge || !strings.Contains(tooLarge.body, "larger than") {
 		t.Errorf("an oversized review with the budget spent: %d %s %v, want 413", tooLarge.code, tooLarge.body, tooLarge.err)
 	}
-	close(h.release)
-	wg.Wait()
-	close(results)
-	var served []result
-	for r := range results {
-		served = append(served, r)
-	}
-	checkServed(t, served, 3)
+	checkServed(t, release(), 3)
 
 	// A body of unknown length (chunked) reserves the most a review may
 	// be, here the whole budget: while it is held, even a small review is
