@@ -169,16 +169,22 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.seen = append(w.seen, text)
 }
 
+// warningClient is a client of env that collects the API server's
+// warnings in w.
+func warningClient(env *testenv.Env) (client versioned.Interface, w *warnings) {
+	w = &warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = w
+	return versioned.NewForConfigOrDie(cfg), w
+}
+
 // The tutorial's non-canonical cidr is accepted with a warning that names
 // the canonical network; kubectl prints it.
 func TestNonCanonicalCIDRWarns(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	w := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = w
-	client := versioned.NewForConfigOrDie(cfg)
+	client, w := warningClient(env)
 	n, err := client.SamplecrdV1().Networks(ns).Create(t.Context(), network("tutorial", "10.103.1.0/16", "10.103.1.1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -200,10 +206,7 @@ func TestNonCanonicalIPv6Warns(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	w := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = w
-	client := versioned.NewForConfigOrDie(cfg)
+	client, w := warningClient(env)
 	n, err := client.SamplecrdV1().Networks(ns).Create(t.Context(), network("upper", "FD00:105::/64", "fd00:105:0::1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
