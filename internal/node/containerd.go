@@ -1,14 +1,12 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/template"
@@ -18,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netop-dev/netop/internal/capability"
 )
 
 // socketPath is containerd's socket: in the node's directory, unless that
@@ -81,10 +81,13 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 		return nil, fmt.Errorf("containerd socket directory: %w", err)
 	}
 	_ = os.Remove(n.socket) // left by a containerd that was killed
+	// Without CAP_SYS_RESOURCE (or when it cannot be told), containerd
+	// must not give sandboxes a lower oom_score_adj than its own.
+	canRaiseOOMScore, _ := capability.Has(capability.SysResource)
 	var buf strings.Builder
 	err := containerdConfig.Execute(&buf, map[string]any{
 		"Dir": n.dir, "Socket": n.socket, "PauseImage": PauseImage, "Registry": n.registry.addr, "Mirrors": n.registry.mirrors,
-		"RestrictOOMScoreAdj": !hasCapability(capSysResource),
+		"RestrictOOMScoreAdj": !canRaiseOOMScore,
 	})
 	if err != nil {
 		return nil, err
@@ -154,24 +157,4 @@ func stopSandboxes(ctx context.Context, socket string) error {
 		return fmt.Errorf("stopping pod sandboxes: %s", strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-const capSysResource = 24
-
-// hasCapability reports whether this process has capability cap in its
-// effective set.
-func hasCapability(capability uint) bool {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return false
-	}
-	defer func() { _ = f.Close() }()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if hex, ok := strings.CutPrefix(s.Text(), "CapEff:"); ok {
-			v, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-			return err == nil && v&(1<<capability) != 0
-		}
-	}
-	return false
 }

@@ -14,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/capability"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -67,9 +66,6 @@ type netlinkOps interface {
 	AddrAdd(link netlink.Link, addr *netlink.Addr) error
 	AddrDel(link netlink.Link, addr *netlink.Addr) error
 }
-
-// capNetAdmin is CAP_NET_ADMIN's bit in the capability sets.
-const capNetAdmin = 12
 
 // New returns a backend working in cfg.Netns. It fails early, with advice,
 // when netop lacks the privileges to manage links, rather than on the first
@@ -132,34 +128,12 @@ func (b *Backend) Close() {
 func (b *Backend) Type() samplecrdv1.BackendType { return samplecrdv1.BackendLinux }
 
 func checkNetAdmin() error {
-	status, err := os.ReadFile("/proc/self/status")
+	has, err := capability.Has(capability.NetAdmin)
 	if err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
+		return err
 	}
-	caps, err := parseCapEff(string(status))
-	if err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
-	}
-	if caps&(1<<capNetAdmin) == 0 {
+	if !has {
 		return errors.New("linux backend needs CAP_NET_ADMIN: run netop as root or grant the capability (or use --backend=neutron)")
 	}
 	return nil
-}
-
-// parseCapEff returns the effective capability set from the text of
-// /proc/<pid>/status.
-func parseCapEff(status string) (uint64, error) {
-	for line := range strings.Lines(status) {
-		key, value, ok := strings.Cut(line, ":")
-		if !ok || key != "CapEff" {
-			continue
-		}
-		value = strings.TrimSpace(value)
-		caps, err := strconv.ParseUint(value, 16, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse CapEff %q: %w", value, err)
-		}
-		return caps, nil
-	}
-	return 0, errors.New("no CapEff line in process status")
 }
