@@ -1,9 +1,7 @@
 package node
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,38 +89,30 @@ type cgroupMount struct {
 }
 
 // cgroupMounts are the mounted cgroup hierarchies: v1 controllers and the
-// v2 unified one, from /proc/self/mountinfo.
+// v2 unified one.
 func cgroupMounts() ([]cgroupMount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mounts()
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = f.Close() }()
-	return parseCgroupMounts(f)
+	return cgroupMountsOf(ms), nil
 }
 
-func parseCgroupMounts(mountinfo io.Reader) ([]cgroupMount, error) {
+func cgroupMountsOf(ms []mount) []cgroupMount {
 	var out []cgroupMount
-	s := bufio.NewScanner(mountinfo)
-	for s.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
-		fields := strings.Fields(s.Text())
-		sep := slices.Index(fields, "-")
-		if sep < 5 || sep+2 >= len(fields) {
-			continue
-		}
-		switch fstype := fields[sep+1]; fstype {
+	for _, m := range ms {
+		switch m.fstype {
 		case "cgroup":
 			var controllers []string
-			for _, opt := range strings.Split(fields[len(fields)-1], ",") {
+			for _, opt := range strings.Split(m.superOptions, ",") {
 				if !slices.Contains([]string{"rw", "ro", "xattr", "noprefix", "clone_children", "cpuset_v2_mode"}, opt) && !strings.Contains(opt, "=") {
 					controllers = append(controllers, opt)
 				}
 			}
-			out = append(out, cgroupMount{path: fields[4], controllers: controllers})
+			out = append(out, cgroupMount{path: m.point, controllers: controllers})
 		case "cgroup2":
-			out = append(out, cgroupMount{path: fields[4], v2: true})
+			out = append(out, cgroupMount{path: m.point, v2: true})
 		}
 	}
-	return out, s.Err()
+	return out
 }

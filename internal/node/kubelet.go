@@ -1,18 +1,14 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 )
 
@@ -125,34 +121,4 @@ func freePortOn(ip net.IP) (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// unmountUnder unmounts every mount point under dir, deepest first: what
-// the kubelet (pod volumes) and containerd (root file systems, network
-// namespaces) left.
-func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var points []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			points = append(points, fields[4])
-		}
-	}
-	_ = f.Close()
-	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	var failed []string
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			failed = append(failed, p+": "+err.Error())
-		}
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("unmounting %s", strings.Join(failed, "; "))
-	}
-	return nil
 }

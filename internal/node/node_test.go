@@ -137,10 +137,11 @@ func TestParseCgroupMounts(t *testing.T) {
 28 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
 29 25 0:27 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
 `
-	got, err := parseCgroupMounts(strings.NewReader(mountinfo))
+	ms, err := parseMountinfo(strings.NewReader(mountinfo))
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := cgroupMountsOf(ms)
 	want := []cgroupMount{
 		{path: "/sys/fs/cgroup/unified", v2: true},
 		{path: "/sys/fs/cgroup/cpuset", controllers: []string{"cpuset"}},
