@@ -67,7 +67,15 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			ctx = klog.NewContext(ctx, logger)
-			return run(ctx, cmd, dataDir, port, nodeOpts, opts)
+			err = run(ctx, cmd, dataDir, port, nodeOpts, opts)
+			if err != nil && ctx.Err() != nil {
+				// Ctrl-C while starting: whatever step it cut short
+				// fails with the cancelled context, but stopping is
+				// what was asked for, and everything started was stopped.
+				logger.Info("Stopped while starting", "step", err.Error())
+				return nil
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".netop", "Directory for the control plane's state, certificates, kubeconfig and logs. Reused on restart.")
