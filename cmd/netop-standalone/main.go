@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
@@ -28,6 +29,12 @@ import (
 )
 
 func main() {
+	// The node's runtime runs this binary as netop's CNI plugin, by the
+	// plugin's name.
+	if filepath.Base(os.Args[0]) == plugin.Type {
+		plugin.Main()
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == kubeletCommand {
 		runKubelet(os.Args[2:])
 	}

@@ -121,7 +121,13 @@ func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
 		return Attached{}, fmt.Errorf("the pod's end %s: %w", at.Interface, err)
 	}
 	for _, addr := range at.Addresses {
-		if err := pod.AddrAdd(link, &netlink.Addr{IPNet: ipNet(addr)}); err != nil {
+		a := &netlink.Addr{IPNet: IPNet(addr)}
+		if addr.Addr().Is6() {
+			// Unique by allocation: duplicate address detection would
+			// only keep the address unusable for its first second.
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := pod.AddrAdd(link, a); err != nil {
 			return Attached{}, fmt.Errorf("adding %s to %s: %w", addr, at.Interface, err)
 		}
 	}
@@ -166,7 +172,7 @@ func (a *Attacher) Check(at Attachment) error {
 		return err
 	}
 	for _, want := range at.Addresses {
-		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == ipNet(want).String() }) {
+		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == IPNet(want).String() }) {
 			return fmt.Errorf("interface %s: no address %s", at.Interface, want)
 		}
 	}
@@ -194,6 +200,10 @@ func (a *Attacher) HostVeths() ([]string, error) {
 	return names, nil
 }
 
+// DeleteHostVeth deletes a host end by name, for GC of ends no record
+// knows; one that is gone already is not an error.
+func (a *Attacher) DeleteHostVeth(name string) error { return a.deleteLink(name) }
+
 func (a *Attacher) deleteLink(name string) error {
 	link, err := a.node.LinkByName(name)
 	if errors.As(err, new(netlink.LinkNotFoundError)) {
@@ -208,6 +218,7 @@ func (a *Attacher) deleteLink(name string) error {
 	return nil
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
+// IPNet is p in the form netlink and CNI results take.
+func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

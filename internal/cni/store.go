@@ -31,6 +31,9 @@ type Record struct {
 
 // RecordedInterface is one attachment of a container.
 type RecordedInterface struct {
+	// Config is the name of the network configuration that attached it,
+	// for GC, which the runtime calls per configuration.
+	Config    string   `json:"config"`
 	Interface string   `json:"interface"`
 	Network   string   `json:"network"`
 	Bridge    string   `json:"bridge"`

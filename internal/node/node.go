@@ -34,7 +34,8 @@ type Config struct {
 	// Netns is the network namespace of the pods' bridge, "" for the
 	// host's.
 	Netns string
-	// Executable runs the kubelet with the subcommand "kubelet".
+	// Executable runs the kubelet with the subcommand "kubelet", and is
+	// netop's CNI plugin when called by its name.
 	Executable string
 }
 
@@ -121,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images")); err != nil {
 		return nil, err
 	}
-	if err := writeCNI(n.dir, cfg.Netns); err != nil {
+	if err := writeCNI(n.dir, cfg); err != nil {
 		return nil, err
 	}
 	if n.containerd, err = n.startContainerd(ctx); err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/netop-dev/netop/internal/cni/plugin"
 )
 
 func requireBusybox(t *testing.T) {
@@ -92,7 +94,8 @@ func TestWriteCNI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeCNI(dir, "netop-x"); err != nil {
+	cfg := Config{Netns: "netop-x", Kubeconfig: "/k/node.kubeconfig", Executable: "/bin/netop-standalone"}
+	if err := writeCNI(dir, cfg); err != nil {
 		t.Fatal(err)
 	}
 	script, err := os.ReadFile(filepath.Join(dir, "cni/bin/bridge"))
@@ -113,16 +116,25 @@ func TestWriteCNI(t *testing.T) {
 				Type    string
 				DataDir string
 			}
+			Kubeconfig, NodeNetns, DataDir string
 		}
 	}
-	if err := json.Unmarshal(data, &conf); err != nil || len(conf.Plugins) != 1 {
+	if err := json.Unmarshal(data, &conf); err != nil || len(conf.Plugins) != 2 {
 		t.Fatalf("conflist %s: %v", data, err)
 	}
 	if p := conf.Plugins[0]; p.Type != "bridge" || p.Bridge != PodBridge || p.IPAM.Type != "host-local" || p.IPAM.DataDir != filepath.Join(dir, "cni/ipam") {
 		t.Errorf("plugin %+v", p)
 	}
+	// netop's plugin chained after it, in the bridges' namespace, as the node.
+	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Kubeconfig != cfg.Kubeconfig || p.NodeNetns != "/run/netns/netop-x" || p.DataDir != filepath.Join(dir, "cni/netop") {
+		t.Errorf("netop plugin %+v", p)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != cfg.Executable {
+		t.Errorf("%s -> %q (%v)", plugin.Type, target, err)
+	}
 	// Without a namespace, the plugin itself.
-	if err := writeCNI(dir, ""); err != nil {
+	cfg.Netns = ""
+	if err := writeCNI(dir, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if target, err := os.Readlink(filepath.Join(dir, "cni/bin/bridge")); err != nil || target != "/usr/lib/cni/bridge" {

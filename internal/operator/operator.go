@@ -32,9 +32,11 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/controller/network"
+	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/controller/workload"
 	"github.com/netop-dev/netop/internal/httpserver"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/version"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -59,11 +61,15 @@ type Operator struct {
 	broadcaster record.EventBroadcaster
 	kubeFactory kubeinformers.SharedInformerFactory
 	templates   kubeinformers.SharedInformerFactory
-	admission   *admission
-	workloads   *workload.Controller
-	backend     backend.Backend
-	close       func()
-	synced      atomic.Bool
+	// pods is the pod cache of the address allocation, trimmed to what
+	// it reads.
+	pods      kubeinformers.SharedInformerFactory
+	podnet    *podnet.Controller
+	admission *admission
+	workloads *workload.Controller
+	backend   backend.Backend
+	close     func()
+	synced    atomic.Bool
 	// started is when Run began, for the startup metrics.
 	started time.Time
 
@@ -125,6 +131,14 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	}
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes})
+	if err != nil {
+		return fail(err)
+	}
+
+	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
+		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
+	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V1().Networks(), recorder, op.metrics,
+		podnet.Options{Workers: o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes}})
 	if err != nil {
 		return fail(err)
 	}
@@ -206,6 +220,22 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// trimPod keeps of a pod what the address allocation reads (identity,
+// annotations, phase): a cluster's pods are most of its objects, and their
+// specs and statuses most of their size.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return dropManagedFields(obj)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Annotations: pod.Annotations, DeletionTimestamp: pod.DeletionTimestamp},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}, nil
+}
+
 // Metrics returns the operator's metrics.
 func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 
@@ -231,7 +261,7 @@ func (op *Operator) Run(ctx context.Context) error {
 	factories := []interface {
 		Start(<-chan struct{})
 		Shutdown()
-	}{op.factory, op.kubeFactory, op.templates}
+	}{op.factory, op.kubeFactory, op.templates, op.pods}
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
@@ -249,6 +279,7 @@ func (op *Operator) Run(ctx context.Context) error {
 		run("workload controller", op.workloads.Run)
 	}
 	run("network controller", op.controller.Run)
+	run("address allocation", op.podnet.Run)
 
 	err := g.Wait()
 	for _, f := range factories {
@@ -270,6 +301,7 @@ func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) erro
 		op.factory.WaitForCacheSync(ctx.Done()),
 		op.kubeFactory.WaitForCacheSync(ctx.Done()),
 		op.templates.WaitForCacheSync(ctx.Done()),
+		op.pods.WaitForCacheSync(ctx.Done()),
 	} {
 		for _, ok := range informers {
 			if !ok {

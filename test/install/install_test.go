@@ -144,6 +144,13 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{false, "patch", "batch", "jobs", "default", "web"},
 		{true, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
 		{false, "delete", "samplecrd.k8s.io", "networks", "default", "n"},
+		// Pods: read everywhere, their allocations written; never made,
+		// changed otherwise or deleted.
+		{true, "watch", "", "pods", "", ""},
+		{true, "patch", "", "pods", "default", "p"},
+		{false, "update", "", "pods", "default", "p"},
+		{false, "create", "", "pods", "default", ""},
+		{false, "delete", "", "pods", "default", "p"},
 	} {
 		sar, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{

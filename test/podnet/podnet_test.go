@@ -80,16 +80,16 @@ func createPod(t *testing.T, env *testenv.Env, ns, name, networks string) {
 }
 
 // allocations reads the allocations of every pod of ns, by pod.
-func allocations(t *testing.T, env *testenv.Env, ns string) map[string][]podnet.Allocation {
+func allocations(t *testing.T, env *testenv.Env, ns string) map[string][]netselect.Allocation {
 	t.Helper()
 	pods, err := env.Kube.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]podnet.Allocation{}
+	out := map[string][]netselect.Allocation{}
 	for _, p := range pods.Items {
-		if v := p.Annotations[podnet.AllocationsAnnotation]; v != "" {
-			var a []podnet.Allocation
+		if v := p.Annotations[netselect.AllocationsAnnotation]; v != "" {
+			var a []netselect.Allocation
 			if err := json.Unmarshal([]byte(v), &a); err != nil {
 				t.Fatalf("pod %s: %v", p.Name, err)
 			}
@@ -100,7 +100,7 @@ func allocations(t *testing.T, env *testenv.Env, ns string) map[string][]podnet.
 }
 
 // duplicates lists addresses held by more than one pod.
-func duplicates(all map[string][]podnet.Allocation) []string {
+func duplicates(all map[string][]netselect.Allocation) []string {
 	seen := map[string]string{}
 	var dups []string
 	for pod, as := range all {
@@ -117,9 +117,9 @@ func duplicates(all map[string][]podnet.Allocation) []string {
 	return dups
 }
 
-func waitAllocated(t *testing.T, env *testenv.Env, ns string, n int) map[string][]podnet.Allocation {
+func waitAllocated(t *testing.T, env *testenv.Env, ns string, n int) map[string][]netselect.Allocation {
 	t.Helper()
-	var all map[string][]podnet.Allocation
+	var all map[string][]netselect.Allocation
 	testenv.Eventually(t, 60*time.Second, func(context.Context) (bool, string) {
 		all = allocations(t, env, ns)
 		return len(all) == n, fmt.Sprintf("%d of %d pods allocated", len(all), n)

@@ -46,10 +46,6 @@ import (
 // Name is the controller's name in logs and metrics.
 const Name = "podnet"
 
-// AllocationsAnnotation holds what netop allocated to the pod: the source
-// of truth a restarted controller rebuilds from.
-const AllocationsAnnotation = "networks.netop.dev/allocations"
-
 // Reasons of the Events on pods.
 const (
 	ReasonAllocated       = "AddressesAllocated"
@@ -58,17 +54,6 @@ const (
 	ReasonNoFreeAddress   = "NoFreeAddress"
 	ReasonAddressRefused  = "AddressRefused"
 )
-
-// Allocation is one interface of a pod on a Network.
-type Allocation struct {
-	// Network is namespace/name.
-	Network    string    `json:"network"`
-	NetworkUID types.UID `json:"networkUID"`
-	Interface  string    `json:"interface"`
-	// IPs have the Network's prefix length.
-	IPs []string `json:"ips"`
-	MAC string   `json:"mac"`
-}
 
 // Options configure the controller.
 type Options struct {
@@ -98,7 +83,7 @@ type Controller struct {
 
 type held struct {
 	uid         types.UID
-	allocations []Allocation
+	allocations []netselect.Allocation
 }
 
 // New makes the controller; call it before the informers start.
@@ -118,7 +103,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
 			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] ||
-				o.Annotations[AllocationsAnnotation] != n.Annotations[AllocationsAnnotation] || finished(o) != finished(n) {
+				o.Annotations[netselect.AllocationsAnnotation] != n.Annotations[netselect.AllocationsAnnotation] || finished(o) != finished(n) {
 				c.enqueuePod(n)
 			}
 		},
@@ -140,7 +125,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 
 func (c *Controller) enqueuePod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if ok && (pod.Annotations[netselect.NetworksAnnotation] != "" || pod.Annotations[AllocationsAnnotation] != "") {
+	if ok && (pod.Annotations[netselect.NetworksAnnotation] != "" || pod.Annotations[netselect.AllocationsAnnotation] != "") {
 		c.Enqueue(pod)
 	}
 }
@@ -191,12 +176,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v", err)
 		return nil
 	}
-	if written := pod.Annotations[AllocationsAnnotation]; written != "" {
-		var have []Allocation
-		if err := json.Unmarshal([]byte(written), &have); err == nil && satisfies(have, selections) {
-			c.adopt(name, pod.UID, have)
-			return nil
-		}
+	if have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation]); err == nil && have != nil && netselect.Satisfies(have, selections) {
+		c.adopt(name, pod.UID, have)
+		return nil
 	}
 	if len(selections) == 0 {
 		c.release(name, "")
@@ -228,20 +210,6 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	return nil
 }
 
-// satisfies: the allocations written match the selections interface for
-// interface (the annotation did not change since).
-func satisfies(have []Allocation, selections []netselect.Selection) bool {
-	if len(have) != len(selections) {
-		return false
-	}
-	for i, s := range selections {
-		if have[i].Interface != s.Interface || have[i].Network != s.Namespace+"/"+s.Name {
-			return false
-		}
-	}
-	return true
-}
-
 // waitError: the pod cannot get its addresses now; it is woken when the
 // Network appears or frees an address.
 type waitError struct{ reason, msg string }
@@ -250,15 +218,15 @@ func (e *waitError) Error() string { return e.msg }
 
 // allocate picks the pod's addresses, all or none, keeping those it holds
 // already (a write that has not reached the cache yet, a retried write).
-func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection) ([]Allocation, error) {
+func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection) ([]netselect.Allocation, error) {
 	name := cache.MetaObjectToName(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h, ok := c.held[name]; ok && h.uid == pod.UID && satisfies(h.allocations, selections) {
+	if h, ok := c.held[name]; ok && h.uid == pod.UID && netselect.Satisfies(h.allocations, selections) {
 		return h.allocations, nil
 	}
 	c.releaseLocked(name, "")
-	var out []Allocation
+	var out []netselect.Allocation
 	undo := func() {
 		for _, a := range out {
 			c.freeLocked(pod.UID, a)
@@ -279,7 +247,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
 		}
 		owner := ownerKey(pod.UID, s.Interface)
-		a := Allocation{Network: key, NetworkUID: network.UID, Interface: s.Interface}
+		a := netselect.Allocation{Network: key, NetworkUID: network.UID, Interface: s.Interface}
 		var addrs []netip.Addr
 		if len(s.IPs) > 0 {
 			for _, want := range s.IPs {
@@ -358,12 +326,11 @@ func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error
 		return nil, err
 	}
 	for _, pod := range pods {
-		written := pod.Annotations[AllocationsAnnotation]
-		if written == "" || finished(pod) {
+		if finished(pod) {
 			continue
 		}
-		var have []Allocation
-		if err := json.Unmarshal([]byte(written), &have); err != nil {
+		have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+		if err != nil || have == nil {
 			continue
 		}
 		name := cache.MetaObjectToName(pod)
@@ -399,7 +366,7 @@ func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error
 
 // adopt records what a pod carries, after a restart or once our own write
 // is in the cache.
-func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []Allocation) {
+func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselect.Allocation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h, ok := c.held[name]; ok && h.uid == uid && len(h.allocations) == len(have) {
@@ -444,7 +411,7 @@ func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []strin
 	return networks
 }
 
-func (c *Controller) freeLocked(uid types.UID, a Allocation) {
+func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
 	pool, ok := c.pools[a.NetworkUID]
 	if !ok {
 		return
@@ -459,7 +426,7 @@ func (c *Controller) freeLocked(uid types.UID, a Allocation) {
 // write puts the allocations on the pod, as netop's annotation and as
 // Multus's network-status, in one patch that holds only if the pod is
 // still the one the cache showed.
-func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []Allocation) error {
+func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []netselect.Allocation) error {
 	own, err := json.Marshal(allocations)
 	if err != nil {
 		return err
@@ -479,7 +446,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []A
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pod.ResourceVersion,
 		"uid":             pod.UID,
-		"annotations":     map[string]string{AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
+		"annotations":     map[string]string{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
 	}})
 	if err != nil {
 		return err

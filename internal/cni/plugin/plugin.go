@@ -1,0 +1,458 @@
+// Package plugin is netop's CNI plugin: the CNI protocol (ADD, CHECK, DEL,
+// GC, STATUS, VERSION; spec 1.0.0 and 1.1.0) on top of package cni's
+// attacher and records. The allocation controller decides each pod's
+// addresses and writes them on the pod; ADD reads them from the API server
+// and attaches the pod; DEL, CHECK and GC need only what ADD recorded on the
+// node, so they work with the API server down.
+//
+// It runs in two modes. Chained, after the plugin that makes eth0 (the
+// standalone's node), it attaches every Network the pod declares and adds
+// them to the previous result. Delegated, one configuration per Network as
+// Multus calls it (the NetworkAttachmentDefinition's config names the
+// Network), it attaches the one interface it is called for.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	cniversion "github.com/containernetworking/cni/pkg/version"
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/version"
+)
+
+// Type is the plugin's name: its binary's name in the CNI bin directory and
+// the "type" of its configurations.
+const Type = "netop-cni"
+
+// Versions are the CNI spec versions the plugin speaks.
+var Versions = cniversion.PluginSupports("1.0.0", "1.1.0")
+
+// defaultTimeout bounds how long ADD waits for the pod's addresses: the
+// kubelet retries a failed sandbox, and each failure is an Event.
+const defaultTimeout = 30 * time.Second
+
+// Config is the plugin's network configuration.
+type Config struct {
+	types.PluginConf
+	// Kubeconfig is the file ADD reads pods with (the node's credentials).
+	Kubeconfig string `json:"kubeconfig"`
+	// NodeNetns is the path of the network namespace holding the
+	// Networks' bridges; "" is the plugin's own (the host's).
+	NodeNetns string `json:"nodeNetns,omitempty"`
+	// DataDir holds the attachment records.
+	DataDir string `json:"dataDir"`
+	// Network, namespace/name, makes the configuration a delegate for
+	// that one Network (a NetworkAttachmentDefinition's); without it the
+	// plugin attaches every Network the pod declares.
+	Network string `json:"network,omitempty"`
+	// Timeout is how long ADD waits for the pod's addresses (a Go
+	// duration); 30s if empty.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// podArgs are the CNI_ARGS the kubelet's runtime passes.
+type podArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // the runtime's name
+	K8S_POD_NAME      types.UnmarshallableString //nolint:revive
+	K8S_POD_UID       types.UnmarshallableString //nolint:revive
+}
+
+// Main runs the plugin as the runtime calls it (environment and stdin) and
+// exits.
+func Main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		Versions, "netop CNI plugin "+version.String())
+}
+
+func loadConfig(stdin []byte) (*Config, error) {
+	conf := &Config{}
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, fmt.Errorf("network configuration: %w", err)
+	}
+	if conf.DataDir == "" {
+		return nil, errors.New("network configuration: dataDir: required (where attachments are recorded)")
+	}
+	if conf.RawPrevResult != nil {
+		if err := cniversion.ParsePrevResult(&conf.PluginConf); err != nil {
+			return nil, fmt.Errorf("network configuration: prevResult: %w", err)
+		}
+	}
+	return conf, nil
+}
+
+func (c *Config) store() cni.Store { return cni.Store{Dir: c.DataDir} }
+
+func (c *Config) attacher() (*cni.Attacher, error) {
+	var ns netns.NsHandle
+	var err error
+	if c.NodeNetns == "" {
+		ns, err = netns.Get()
+	} else {
+		ns, err = netns.GetFromPath(c.NodeNetns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
+	}
+	defer func() { _ = ns.Close() }()
+	return cni.NewAttacher(ns)
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, err := loadConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	if conf.PrevResult != nil {
+		if result, err = current.NewResultFromResult(conf.PrevResult); err != nil {
+			return fmt.Errorf("prevResult: %w", err)
+		}
+	}
+	// The runtime passes more than the pod's identity; netop reads only that.
+	pa := podArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
+	if err := types.LoadArgs(args.Args, &pa); err != nil {
+		return fmt.Errorf("CNI_ARGS: %w", err)
+	}
+	if pa.K8S_POD_NAME == "" {
+		if conf.Network != "" {
+			return errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
+		}
+		return types.PrintResult(result, conf.CNIVersion) // not a pod: nothing to join
+	}
+	timeout := defaultTimeout
+	if conf.Timeout != "" {
+		if timeout, err = time.ParseDuration(conf.Timeout); err != nil {
+			return fmt.Errorf("network configuration: timeout: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	allocations, err := podAllocations(ctx, conf.Kubeconfig, string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID))
+	if err != nil {
+		return err
+	}
+	if conf.Network != "" {
+		i := slices.IndexFunc(allocations, func(a netselect.Allocation) bool { return a.Network == conf.Network && a.Interface == args.IfName })
+		if i < 0 {
+			return fmt.Errorf("pod %s/%s: no allocation on Network %s for interface %s", pa.K8S_POD_NAMESPACE, pa.K8S_POD_NAME, conf.Network, args.IfName)
+		}
+		allocations = allocations[i : i+1]
+	}
+	if len(allocations) == 0 {
+		return types.PrintResult(result, conf.CNIVersion)
+	}
+
+	attacher, err := conf.attacher()
+	if err != nil {
+		return err
+	}
+	defer attacher.Close()
+	record, err := recordFor(conf, args, string(pa.K8S_POD_NAMESPACE)+"/"+string(pa.K8S_POD_NAME), allocations)
+	if err != nil {
+		return err
+	}
+	// Recorded before anything is made, so that a DEL or GC after a crash
+	// here knows what to undo.
+	if err := conf.store().Save(record); err != nil {
+		return err
+	}
+	var made []string
+	undo := func() {
+		for _, iface := range made {
+			_ = attacher.Del(args.ContainerID, iface)
+		}
+		forget(conf, args.ContainerID, allocations)
+	}
+	for _, a := range allocations {
+		at, err := attachmentFor(args, a)
+		if err != nil {
+			undo()
+			return err
+		}
+		made = append(made, a.Interface)
+		attached, err := attacher.Add(at)
+		if err != nil {
+			undo()
+			return fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err)
+		}
+		result.Interfaces = append(result.Interfaces,
+			&current.Interface{Name: attached.HostVeth},
+			&current.Interface{Name: a.Interface, Mac: attached.MAC.String(), Sandbox: args.Netns})
+		podIface := len(result.Interfaces) - 1
+		for _, p := range at.Addresses {
+			result.IPs = append(result.IPs, &current.IPConfig{Interface: current.Int(podIface), Address: *cni.IPNet(p)})
+		}
+	}
+	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// recordFor is the container's record with the allocations added (a
+// delegate adds one interface per call).
+func recordFor(conf *Config, args *skel.CmdArgs, pod string, allocations []netselect.Allocation) (cni.Record, error) {
+	record, _, err := conf.store().Load(args.ContainerID)
+	if err != nil {
+		return record, err
+	}
+	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, pod
+	for _, a := range allocations {
+		record.Interfaces = slices.DeleteFunc(record.Interfaces, func(r cni.RecordedInterface) bool { return r.Interface == a.Interface })
+		record.Interfaces = append(record.Interfaces, cni.RecordedInterface{
+			Config: conf.Name, Interface: a.Interface, Network: a.Network, Bridge: linux.BridgeName(a.NetworkUID),
+			HostVeth: cni.HostVethName(args.ContainerID, a.Interface), IPs: a.IPs, MAC: a.MAC,
+		})
+	}
+	return record, nil
+}
+
+// forget drops the allocations' interfaces from the container's record, and
+// the record once it has none.
+func forget(conf *Config, containerID string, allocations []netselect.Allocation) {
+	if len(allocations) == 0 {
+		return
+	}
+	record, ok, err := conf.store().Load(containerID)
+	if err != nil || !ok {
+		return
+	}
+	record.Interfaces = slices.DeleteFunc(record.Interfaces, func(r cni.RecordedInterface) bool {
+		return slices.ContainsFunc(allocations, func(a netselect.Allocation) bool { return a.Interface == r.Interface })
+	})
+	if len(record.Interfaces) == 0 {
+		_ = conf.store().Remove(containerID)
+		return
+	}
+	_ = conf.store().Save(record)
+}
+
+func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, error) {
+	at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: a.Interface, Bridge: linux.BridgeName(a.NetworkUID)}
+	for _, ip := range a.IPs {
+		p, err := netip.ParsePrefix(ip)
+		if err != nil {
+			return at, fmt.Errorf("allocation on Network %s: address %q: %w", a.Network, ip, err)
+		}
+		at.Addresses = append(at.Addresses, p)
+	}
+	if a.MAC != "" {
+		mac, err := net.ParseMAC(a.MAC)
+		if err != nil {
+			return at, fmt.Errorf("allocation on Network %s: mac %q: %w", a.Network, a.MAC, err)
+		}
+		at.MAC = mac
+	}
+	return at, nil
+}
+
+// podAllocations waits until the pod's allocations answer the Networks it
+// declares, and returns them (none if it declares none).
+func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string) ([]netselect.Allocation, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("network configuration: kubeconfig %q: %w", kubeconfig, err)
+	}
+	cfg.UserAgent = Type + "/" + version.String()
+	cfg.QPS, cfg.Burst = 10, 20 // one pod, polled
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var allocations []netselect.Allocation
+	// Why the pod is not ready yet, for the error at the deadline: what
+	// the pod says over a failed read, which the deadline itself causes.
+	var notAllocated, readErr error
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+		case err != nil:
+			readErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+			return false, nil
+		case uid != "" && string(pod.UID) != uid:
+			return false, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
+		}
+		var done bool
+		allocations, done, notAllocated = allocated(pod)
+		return done, nil
+	})
+	switch {
+	case err == nil:
+		return allocations, nil
+	case ctx.Err() != nil && notAllocated != nil:
+		return nil, notAllocated
+	case ctx.Err() != nil && readErr != nil:
+		return nil, readErr
+	default:
+		return nil, err
+	}
+}
+
+// allocated: the pod's allocations, once they answer what it declares; else
+// why not yet.
+func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
+	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
+	if err != nil {
+		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if len(selections) == 0 {
+		return nil, true, nil
+	}
+	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err == nil && netselect.Satisfies(allocations, selections) {
+		return allocations, true, nil
+	}
+	return nil, false, fmt.Errorf("pod %s/%s: netop has not allocated its addresses yet (the pod's Events say why)", pod.Namespace, pod.Name)
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	conf, err := loadConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	record, ok, err := conf.store().Load(args.ContainerID)
+	if err != nil || !ok {
+		return err // nothing recorded: nothing attached
+	}
+	attacher, err := conf.attacher()
+	if err != nil {
+		return err
+	}
+	defer attacher.Close()
+	var gone []netselect.Allocation
+	for _, r := range record.Interfaces {
+		if conf.Network != "" && (r.Network != conf.Network || r.Interface != args.IfName) {
+			continue
+		}
+		if err := attacher.Del(args.ContainerID, r.Interface); err != nil {
+			return err
+		}
+		gone = append(gone, netselect.Allocation{Interface: r.Interface})
+	}
+	forget(conf, args.ContainerID, gone)
+	return nil
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	conf, err := loadConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	record, ok, err := conf.store().Load(args.ContainerID)
+	if err != nil || !ok {
+		return err
+	}
+	attacher, err := conf.attacher()
+	if err != nil {
+		return err
+	}
+	defer attacher.Close()
+	for _, r := range record.Interfaces {
+		if conf.Network != "" && (r.Network != conf.Network || r.Interface != args.IfName) {
+			continue
+		}
+		at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: r.Interface, Bridge: r.Bridge}
+		for _, ip := range r.IPs {
+			p, err := netip.ParsePrefix(ip)
+			if err != nil {
+				return fmt.Errorf("record of %s: %w", args.ContainerID, err)
+			}
+			at.Addresses = append(at.Addresses, p)
+		}
+		if err := attacher.Check(at); err != nil {
+			return fmt.Errorf("Network %s: %w", r.Network, err) //nolint:staticcheck // a Network is a proper noun
+		}
+	}
+	return nil
+}
+
+// cmdGC detaches the containers of this configuration that the runtime no
+// longer has, and the host ends no record knows (left by a crash).
+func cmdGC(args *skel.CmdArgs) error {
+	conf, err := loadConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	valid := map[string]bool{}
+	for _, v := range conf.ValidAttachments {
+		valid[v.ContainerID] = true
+	}
+	records, err := conf.store().List()
+	if err != nil {
+		return err
+	}
+	attacher, err := conf.attacher()
+	if err != nil {
+		return err
+	}
+	defer attacher.Close()
+	known := map[string]bool{}
+	var errs []error
+	for _, r := range records {
+		var gone []netselect.Allocation
+		for _, i := range r.Interfaces {
+			if i.Config != conf.Name || valid[r.ContainerID] {
+				known[i.HostVeth] = true
+				continue
+			}
+			if err := attacher.Del(r.ContainerID, i.Interface); err != nil {
+				errs = append(errs, err)
+				known[i.HostVeth] = true
+				continue
+			}
+			gone = append(gone, netselect.Allocation{Interface: i.Interface})
+		}
+		forget(conf, r.ContainerID, gone)
+	}
+	veths, err := attacher.HostVeths()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, v := range veths {
+		if !known[v] {
+			if err := attacher.DeleteHostVeth(v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cmdStatus: the plugin can attach when it can reach the node's namespace
+// and write its records.
+func cmdStatus(args *skel.CmdArgs) error {
+	conf, err := loadConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	attacher, err := conf.attacher()
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	attacher.Close()
+	if err := os.MkdirAll(conf.DataDir, 0o700); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("attachment records: %v", err), "")
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package netselect
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// AllocationsAnnotation holds what netop allocated to the pod: written by
+// the allocation controller, the one writer, read by the CNI plugin on the
+// node, and the source of truth a restarted controller rebuilds from.
+const AllocationsAnnotation = "networks.netop.dev/allocations"
+
+// Allocation is one interface of a pod on a Network.
+type Allocation struct {
+	// Network is namespace/name.
+	Network    string    `json:"network"`
+	NetworkUID types.UID `json:"networkUID"`
+	Interface  string    `json:"interface"`
+	// IPs have the Network's prefix length.
+	IPs []string `json:"ips"`
+	MAC string   `json:"mac"`
+}
+
+// ParseAllocations reads the allocations annotation; empty is none.
+func ParseAllocations(annotation string) ([]Allocation, error) {
+	if annotation == "" {
+		return nil, nil
+	}
+	var out []Allocation
+	if err := json.Unmarshal([]byte(annotation), &out); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AllocationsAnnotation, err)
+	}
+	return out, nil
+}
+
+// Satisfies reports whether allocations answer selections interface for
+// interface: the networks annotation has not changed since they were made.
+func Satisfies(allocations []Allocation, selections []Selection) bool {
+	if len(allocations) != len(selections) {
+		return false
+	}
+	for i, s := range selections {
+		if allocations[i].Interface != s.Interface || allocations[i].Network != s.Namespace+"/"+s.Name {
+			return false
+		}
+	}
+	return true
+}

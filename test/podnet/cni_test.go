@@ -1,0 +1,418 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+var (
+	pluginOnce sync.Once
+	pluginDir  string
+	pluginErr  error
+)
+
+// buildPlugin builds netop's CNI plugin once per test binary, into a
+// directory that is the runtime's CNI bin directory.
+func buildPlugin(t *testing.T) string {
+	t.Helper()
+	pluginOnce.Do(func() {
+		pluginDir, pluginErr = os.MkdirTemp("", "netop-cni-bin-")
+		if pluginErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(pluginDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop-cni").CombinedOutput()
+		if err != nil {
+			pluginErr = fmt.Errorf("building the plugin: %v: %s", err, out)
+		}
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginDir
+}
+
+// namedNetns makes a throwaway network namespace and returns its path.
+func namedNetns(t *testing.T, prefix string) (name, path string) {
+	t.Helper()
+	name = nettest.NetnsName(prefix)
+	if err := linux.EnsureNetns(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(name) })
+	return name, filepath.Join("/run/netns", name)
+}
+
+func handleIn(t *testing.T, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// cniNode is a node for the plugin: a network namespace in which the
+// operator (with the allocation controller and the linux backend) makes
+// the Networks' bridges, and a runtime's view of the plugin.
+type cniNode struct {
+	env      *testenv.Env
+	ns       string // the pods' Kubernetes namespace
+	netns    string // path of the node's network namespace
+	node     *netlink.Handle
+	runtime  *libcni.CNIConfig
+	dataDir  string
+	networks map[string]*samplecrdv1.Network
+}
+
+func startCNINode(t *testing.T) *cniNode {
+	t.Helper()
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	n := &cniNode{env: env, ns: env.Namespace(t), dataDir: t.TempDir(), networks: map[string]*samplecrdv1.Network{}}
+	var nodeNetns string
+	nodeNetns, n.netns = namedNetns(t, "cninode")
+	n.node = handleIn(t, n.netns)
+	n.runtime = libcni.NewCNIConfigWithCacheDir([]string{buildPlugin(t)}, t.TempDir(), nil)
+
+	_, ctx := ktesting.NewTestContext(t)
+	opts := operator.NewOptions()
+	opts.Netns = nodeNetns
+	opts.Namespace = n.ns
+	opts.MetricsAddr = "0"
+	opts.WebhookAddr = "0"
+	opts.InitializeWorkloads = false
+	be, closeBackend, err := operator.NewBackend(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeBackend)
+	testenv.StartOperator(t, env.Config, opts, be)
+	for name, cidr := range map[string]string{"example-network": "192.168.0.0/16", "v6": "fd00:42::/64"} {
+		createNetwork(t, env, n.ns, name, cidr)
+		n.networks[name] = env.WaitReady(t, n.ns, name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	}
+	return n
+}
+
+// conf is the plugin's configuration list at a CNI version; network makes
+// it a delegate for one Network.
+func (n *cniNode) conf(t *testing.T, version, network string, edit ...func(*plugin.Config)) *libcni.NetworkConfigList {
+	t.Helper()
+	c := plugin.Config{Kubeconfig: n.env.ControlPlane.KubeconfigPath, NodeNetns: n.netns, DataDir: n.dataDir, Network: network, Timeout: "20s"}
+	c.Type = plugin.Type
+	for _, e := range edit {
+		e(&c)
+	}
+	data, err := json.Marshal(map[string]any{"cniVersion": version, "name": "netop-test", "plugins": []any{c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// sandbox is a pod as the runtime sees it.
+type sandbox struct {
+	pod         *corev1.Pod
+	containerID string
+	netns       string
+	handle      *netlink.Handle
+	allocations []netselect.Allocation
+}
+
+func (s *sandbox) rt(ifname string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: s.containerID, NetNS: s.netns, IfName: ifname, Args: [][2]string{
+		{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", s.pod.Namespace}, {"K8S_POD_NAME", s.pod.Name},
+		{"K8S_POD_INFRA_CONTAINER_ID", s.containerID}, {"K8S_POD_UID", string(s.pod.UID)},
+	}}
+}
+
+// newSandbox creates the pod and its network namespace, and waits for its
+// allocations unless it declares none that can be allocated.
+func (n *cniNode) newSandbox(t *testing.T, name, networks string, wait bool) *sandbox {
+	t.Helper()
+	createPod(t, n.env, n.ns, name, networks)
+	s := &sandbox{containerID: "c-" + nettest.NetnsName(name)}
+	_, s.netns = namedNetns(t, "cnipod")
+	s.handle = handleIn(t, s.netns)
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		pod, err := n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s.pod = pod
+		s.allocations, err = netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+		return !wait || err == nil && s.allocations != nil, fmt.Sprintf("allocations %q (%v)", pod.Annotations[netselect.AllocationsAnnotation], err)
+	})
+	return s
+}
+
+func (n *cniNode) bridge(t *testing.T, network string) netlink.Link {
+	t.Helper()
+	br, err := n.node.LinkByName(linux.BridgeName(n.networks[network].UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return br
+}
+
+// requireAttached checks with netlink that each allocation is an interface
+// of the pod, up, with the allocated address and MAC, whose host end is a
+// port of the Network's bridge.
+func (n *cniNode) requireAttached(t *testing.T, s *sandbox) {
+	t.Helper()
+	for _, a := range s.allocations {
+		link, err := s.handle.LinkByName(a.Interface)
+		if err != nil {
+			t.Fatalf("pod %s: %s: %v", s.pod.Name, a.Interface, err)
+		}
+		if link.Attrs().Flags&net.FlagUp == 0 || link.Attrs().HardwareAddr.String() != a.MAC {
+			t.Errorf("pod %s: %s: flags %v, MAC %s, want up and %s", s.pod.Name, a.Interface, link.Attrs().Flags, link.Attrs().HardwareAddr, a.MAC)
+		}
+		addrs, err := s.handle.AddrList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range a.IPs {
+			if !slices.ContainsFunc(addrs, func(h netlink.Addr) bool { return h.IPNet.String() == ip }) {
+				t.Errorf("pod %s: %s has %v, want %s", s.pod.Name, a.Interface, addrs, ip)
+			}
+		}
+		host, err := n.node.LinkByName(cni.HostVethName(s.containerID, a.Interface))
+		if err != nil {
+			t.Fatalf("pod %s: host end of %s: %v", s.pod.Name, a.Interface, err)
+		}
+		network := strings.SplitN(a.Network, "/", 2)[1]
+		if host.Attrs().MasterIndex != n.bridge(t, network).Attrs().Index {
+			t.Errorf("pod %s: host end of %s is not a port of %s's bridge", s.pod.Name, a.Interface, network)
+		}
+	}
+}
+
+// requireDetached checks that none of the pod's interfaces or host ends is
+// left, nor its record.
+func (n *cniNode) requireDetached(t *testing.T, s *sandbox) {
+	t.Helper()
+	for _, a := range s.allocations {
+		if _, err := n.node.LinkByName(cni.HostVethName(s.containerID, a.Interface)); err == nil {
+			t.Errorf("pod %s: host end of %s left", s.pod.Name, a.Interface)
+		}
+		if _, err := s.handle.LinkByName(a.Interface); err == nil {
+			t.Errorf("pod %s: %s left", s.pod.Name, a.Interface)
+		}
+	}
+	if _, ok, _ := (cni.Store{Dir: n.dataDir}).Load(s.containerID); ok {
+		t.Errorf("pod %s: record left", s.pod.Name)
+	}
+}
+
+func ping(t *testing.T, from *sandbox, to string) {
+	t.Helper()
+	args := []string{"--net=" + from.netns, "/bin/busybox", "ping", "-c", "1", "-W", "3"}
+	if strings.Contains(to, ":") {
+		args = append(args, "-6")
+	}
+	if out, err := exec.Command("nsenter", append(args, to)...).CombinedOutput(); err != nil {
+		t.Errorf("pod %s: ping %s: %v\n%s", from.pod.Name, to, err, out)
+	}
+}
+
+func addr(a netselect.Allocation) string { return strings.SplitN(a.IPs[0], "/", 2)[0] }
+
+// The plugin as a runtime runs it (libcni, as containerd does: environment
+// and stdin), for every spec version it supports, in chained mode: ADD
+// attaches every Network the pod declares with the allocated addresses and
+// MACs, and reports them; the pods reach each other and the gateways; CHECK
+// passes and then finds a broken interface; GC detaches what the runtime
+// no longer has and host ends no record knows; DEL needs no API server and
+// is idempotent; STATUS says whether the node is usable.
+func TestCNIPlugin(t *testing.T) {
+	n := startCNINode(t)
+	for _, version := range []string{"1.0.0", "1.1.0"} {
+		t.Run(version, func(t *testing.T) {
+			ctx := t.Context()
+			list := n.conf(t, version, "")
+			tag := strings.ReplaceAll(version, ".", "")
+			a := n.newSandbox(t, "a"+tag, "example-network,v6", true)
+			b := n.newSandbox(t, "b"+tag, "example-network", true)
+			res, err := n.runtime.AddNetworkList(ctx, list, a.rt("eth0"))
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if res.Version() != version {
+				t.Errorf("result version %s, want %s", res.Version(), version)
+			}
+			result, err := current.GetResult(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ip := range result.IPs {
+				iface := result.Interfaces[*ip.Interface]
+				got = append(got, iface.Name+" "+ip.Address.String()+" "+iface.Mac)
+			}
+			want := []string{"net1 " + a.allocations[0].IPs[0] + " " + a.allocations[0].MAC, "net2 " + a.allocations[1].IPs[0] + " " + a.allocations[1].MAC}
+			if !slices.Equal(got, want) {
+				t.Errorf("ADD result %v, want %v", got, want)
+			}
+			n.requireAttached(t, a)
+			if _, err := n.runtime.AddNetworkList(ctx, list, b.rt("eth0")); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			n.requireAttached(t, b)
+			ping(t, a, "192.168.0.1")
+			ping(t, a, addr(b.allocations[0]))
+			ping(t, b, addr(a.allocations[0]))
+			ping(t, a, "fd00:42::1")
+
+			if err := n.runtime.CheckNetworkList(ctx, list, a.rt("eth0")); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
+			net1, _ := a.handle.LinkByName("net1")
+			if err := a.handle.LinkSetDown(net1); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.runtime.CheckNetworkList(ctx, list, a.rt("eth0")); err == nil || !strings.Contains(err.Error(), "net1: down") {
+				t.Errorf("CHECK of a pod whose net1 is down: %v", err)
+			}
+
+			if version == "1.1.0" {
+				if err := n.runtime.GetStatusNetworkList(ctx, list); err != nil {
+					t.Errorf("STATUS: %v", err)
+				}
+				gone := n.conf(t, version, "", func(c *plugin.Config) { c.NodeNetns = "/run/netns/no-such-node" })
+				var cniErr *types.Error
+				if err := n.runtime.GetStatusNetworkList(ctx, gone); err == nil || !asCNIError(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable {
+					t.Errorf("STATUS without the node's namespace: %v, want code %d", err, types.ErrPluginNotAvailable)
+				}
+				// A host end no record knows, as a crash between the
+				// kernel's work and the record would leave.
+				orphan := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: cni.HostVethName("gone", "net1")}, PeerName: "orphan-peer"}
+				if err := n.node.LinkAdd(orphan); err != nil {
+					t.Fatal(err)
+				}
+				// The runtime has only a: b goes, with the orphan.
+				if err := n.runtime.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{{ContainerID: a.containerID, IfName: "eth0"}}}); err != nil {
+					t.Fatalf("GC: %v", err)
+				}
+				n.requireDetached(t, b)
+				if _, err := n.node.LinkByName(orphan.Name); err == nil {
+					t.Error("GC left a host end no record knows")
+				}
+				if _, err := n.node.LinkByName(cni.HostVethName(a.containerID, "net1")); err != nil {
+					t.Errorf("GC removed a valid attachment: %v", err)
+				}
+			}
+
+			// DEL reads nothing from the API server: a configuration
+			// whose credentials lead nowhere still detaches.
+			offline := n.conf(t, version, "", func(c *plugin.Config) { c.Kubeconfig = "/nonexistent" })
+			for range 2 {
+				if err := n.runtime.DelNetworkList(ctx, offline, a.rt("eth0")); err != nil {
+					t.Fatalf("DEL: %v", err)
+				}
+				n.requireDetached(t, a)
+			}
+			if err := n.runtime.DelNetworkList(ctx, offline, b.rt("eth0")); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			n.requireDetached(t, b)
+		})
+	}
+}
+
+func asCNIError(err error, target **types.Error) bool {
+	e, ok := err.(*types.Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// VERSION lists the spec versions the plugin speaks.
+func TestCNIPluginVersion(t *testing.T) {
+	rt := libcni.NewCNIConfig([]string{buildPlugin(t)}, nil)
+	info, err := rt.GetVersionInfo(t.Context(), plugin.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1.0.0", "1.1.0"} {
+		if !slices.Contains(info.SupportedVersions(), v) {
+			t.Errorf("supported versions %v lack %s", info.SupportedVersions(), v)
+		}
+	}
+}
+
+// As a delegate (one configuration per Network, as Multus calls the
+// configuration of a NetworkAttachmentDefinition), the plugin attaches the
+// one interface it is called for; a pod whose addresses never come fails
+// ADD with why, and leaves nothing.
+func TestCNIPluginDelegateAndFailure(t *testing.T) {
+	n := startCNINode(t)
+	ctx := t.Context()
+	s := n.newSandbox(t, "delegated", "example-network,v6", true)
+	v6 := n.conf(t, "1.1.0", n.ns+"/v6")
+	if _, err := n.runtime.AddNetworkList(ctx, v6, s.rt("net2")); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if _, err := s.handle.LinkByName("net1"); err == nil {
+		t.Error("a delegate for v6 attached net1 too")
+	}
+	only := *s
+	only.allocations = s.allocations[1:]
+	n.requireAttached(t, &only)
+	if _, err := n.runtime.AddNetworkList(ctx, v6, s.rt("net1")); err == nil || !strings.Contains(err.Error(), "no allocation on Network "+n.ns+"/v6 for interface net1") {
+		t.Errorf("ADD of an interface the pod does not have on the Network: %v", err)
+	}
+	if err := n.runtime.DelNetworkList(ctx, v6, s.rt("net2")); err != nil {
+		t.Fatal(err)
+	}
+	n.requireDetached(t, s)
+
+	missing := n.newSandbox(t, "waits", "no-such-network", false)
+	short := n.conf(t, "1.1.0", "", func(c *plugin.Config) { c.Timeout = "2s" })
+	_, err := n.runtime.AddNetworkList(ctx, short, missing.rt("eth0"))
+	if err == nil || !strings.Contains(err.Error(), "netop has not allocated its addresses yet") {
+		t.Errorf("ADD of a pod whose Network does not exist: %v", err)
+	}
+	if records, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
+		t.Errorf("records left: %+v", records)
+	}
+}
