@@ -76,6 +76,9 @@ func NewPool(prefix netip.Prefix, gateway netip.Addr) (*Pool, error) {
 // Prefix is the pool's cidr.
 func (p *Pool) Prefix() netip.Prefix { return p.prefix }
 
+// Gateway is the pool's gateway, never handed out.
+func (p *Pool) Gateway() netip.Addr { return p.gateway }
+
 // offset is addr's place in the prefix, if it is in the pool's range.
 func (p *Pool) offset(addr netip.Addr) (uint64, bool) {
 	if !p.prefix.Contains(addr) {

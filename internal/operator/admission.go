@@ -21,6 +21,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/networks"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
@@ -37,8 +38,8 @@ type admission struct {
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
 func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
-	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, recorder record.EventRecorder,
-	m *metrics.Metrics) (*admission, error) {
+	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, addresses networks.AddressHolders,
+	recorder record.EventRecorder, m *metrics.Metrics) (*admission, error) {
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-addr: %w", err)
@@ -69,6 +70,7 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 		allowReserved:     o.AllowReservedPrefixes,
 
 		allowPrivilegedTemplates: o.AllowPrivilegedTemplates,
+		addresses:                addresses,
 	})
 	a.server.Mount(ctx, a.webhooks)
 	return a, nil

@@ -129,19 +129,23 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.close()
 		return nil, err
 	}
-	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
-		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes})
+	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
+		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
+	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V1().Networks(), recorder, op.metrics,
+		podnet.Options{Workers: o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes},
+			UsageChanged: func(name cache.ObjectName) { op.controller.UsageChanged(name) }})
 	if err != nil {
 		return fail(err)
 	}
 
-	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
-		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
-	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V1().Networks(), recorder, op.metrics,
-		podnet.Options{Workers: o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes}})
+	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
+		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
+			Addresses: op.podnet})
 	if err != nil {
 		return fail(err)
 	}
+	// Address usage is read from the pods: not before they are listed.
+	op.controller.WaitFor(op.pods.Core().V1().Pods().Informer().HasSyncedChecker())
 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
 	op.templates = templateInformers(kube, o.Resync)
@@ -154,7 +158,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), recorder, op.metrics)
+		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), op.podnet, recorder, op.metrics)
 		if err != nil {
 			return fail(err)
 		}

@@ -44,6 +44,8 @@ type webhookDeps struct {
 	allowReserved bool
 	// allowPrivilegedTemplates: --allow-privileged-templates.
 	allowPrivilegedTemplates bool
+	// addresses: who holds Networks' addresses.
+	addresses networks.AddressHolders
 }
 
 // webhooks is netop's table of admission webhooks: each handler with its
@@ -139,7 +141,7 @@ func webhooks(d webhookDeps) webhook.Set {
 		Expression: "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
 	}}
 	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
-		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}}
+		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}, Addresses: d.addresses}
 	templates := envoy.Finder{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, AllowPrivileged: d.allowPrivilegedTemplates}
 	injector := &pods.Injector{Templates: templates, Recorder: d.recorder}
 	namespaceInjector := *injector

@@ -7,6 +7,7 @@ package network
 
 import (
 	"context"
+	"math/big"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -61,7 +62,25 @@ type Options struct {
 	// (netspec.Resolver.AllowReserved), as --allow-reserved-prefixes does
 	// for the admission webhook.
 	AllowReservedPrefixes bool
+	// Addresses, if set, says how pods use Networks' addresses: the
+	// counts go into status, and a Network whose addresses pods hold is
+	// not deleted until they are gone.
+	Addresses AddressUsage
 }
+
+// AddressUsage is how pods use Networks' addresses: the allocation
+// controller, the one that hands them out.
+type AddressUsage interface {
+	// Usage counts the addresses pods hold and those left.
+	Usage(n *samplecrdv1.Network) (allocated int64, available *big.Int, err error)
+	// Retire stops allocations in a Network being deleted and counts the
+	// pods that still hold addresses in it, naming up to limit of them.
+	Retire(n *samplecrdv1.Network, limit int) (held int64, pods []string, err error)
+}
+
+// usageDelay coalesces the status writes of address usage: a burst of
+// pods costs one write per Network.
+const usageDelay = time.Second
 
 // Controller reconciles Networks with a backend.
 type Controller struct {
@@ -81,7 +100,13 @@ type Controller struct {
 	arbiter *overlap.Arbiter
 	// written holds, by UID, the status last written (writtenStatus).
 	written sync.Map
+	// addresses is Options.Addresses.
+	addresses AddressUsage
 }
+
+// UsageChanged tells the controller that pods took or freed addresses of
+// a Network; its status follows within about usageDelay.
+func (c *Controller) UsageChanged(name cache.ObjectName) { c.AddAfter(name, usageDelay) }
 
 // New makes a controller on the given informer. Call it before the informer
 // factory is started: it registers an index and event handlers.
@@ -106,6 +131,8 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		resolver: netspec.Resolver{AllowReserved: opts.AllowReservedPrefixes},
 		arbiter:  overlap.NewArbiter(),
 		cluster:  opts.Cluster,
+
+		addresses: opts.Addresses,
 	}
 	var err error
 	c.Controller, err = runner.New(runner.Options{

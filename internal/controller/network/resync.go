@@ -60,7 +60,7 @@ func (c *Controller) resync(ctx context.Context) {
 	}
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv1.Network)
-		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) {
+		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) {
 			continue
 		}
 		logger.V(2).Info("Backend network differs from the Network; reconciling", "network", klog.KObj(n), "observed", observed[n.UID], "status", n.Status.Backend)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -107,6 +108,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
 	}
 	c.arbiter.Built(entry)
+	c.setAddresses(ctx, n)
 	n.Status.CIDR = resolved.Prefix.String()
 	n.Status.Gateway = resolved.Gateway.String()
 	msg := fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
@@ -143,6 +145,22 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		return nil
 	}
+	if c.addresses != nil {
+		held, pods, err := c.addresses.Retire(n, inUseNames)
+		if err != nil {
+			return err
+		}
+		if held > 0 {
+			// Woken when they free their addresses (UsageChanged).
+			cached := n.DeepCopy()
+			msg := fmt.Sprintf("%d pods hold addresses of the Network (%s); it is deleted once they are gone", held, strings.Join(pods, ", "))
+			if int64(len(pods)) < held {
+				msg = fmt.Sprintf("%d pods hold addresses of the Network (%s, ...); it is deleted once they are gone", held, strings.Join(pods, ", "))
+			}
+			c.setAddresses(ctx, n)
+			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInUse, msg, n.Status.Backend)
+		}
+	}
 	owner := c.owner(n)
 	if err := c.backend.Delete(ctx, owner, n.Status.Backend); err != nil {
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Deleting the backend network failed: %v", err)
@@ -162,6 +180,33 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		return nil
 	}
 	return err
+}
+
+// inUseNames is how many of the pods holding a Network's addresses the
+// InUse condition names.
+const inUseNames = 3
+
+// setAddresses puts the address usage in n's status.
+func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv1.Network) {
+	if c.addresses == nil {
+		return
+	}
+	allocated, available, err := c.addresses.Usage(n)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("No address usage", "err", err)
+		return
+	}
+	n.Status.Addresses = &samplecrdv1.NetworkAddresses{Allocated: allocated, Available: available.String()}
+}
+
+// addressesInSync reports whether n's status shows its address usage.
+func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv1.Network) bool {
+	if c.addresses == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+		return true // only a provisioned Network shows its usage
+	}
+	want := n.DeepCopy()
+	c.setAddresses(ctx, want)
+	return apiequality.Semantic.DeepEqual(want.Status.Addresses, n.Status.Addresses)
 }
 
 // patchFinalizers sets metadata.finalizers with a merge patch that carries

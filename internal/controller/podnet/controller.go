@@ -16,15 +16,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -60,13 +61,42 @@ type Options struct {
 	Workers int
 	// Resolver reads Networks' specs under the operator's policy.
 	Resolver netspec.Resolver
+	// UsageChanged, if set, is told of each Network whose addresses were
+	// allocated or freed (the Network controller, which shows the counts
+	// in status).
+	UsageChanged func(network cache.ObjectName)
+}
+
+// networkIndex indexes pods by the UIDs of the Networks they hold
+// addresses of.
+const networkIndex = "networkUID"
+
+func podNetworkUIDs(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || finished(pod) {
+		return nil, nil
+	}
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		return nil, nil //nolint:nilerr // a pod with a broken annotation holds nothing
+	}
+	var uids []string
+	for _, a := range have {
+		if !slices.Contains(uids, string(a.NetworkUID)) {
+			uids = append(uids, string(a.NetworkUID))
+		}
+	}
+	return uids, nil
 }
 
 // Controller allocates pods' addresses.
 type Controller struct {
 	*runner.Controller
-	kube     kubernetes.Interface
-	pods     corelisters.PodLister
+	kube kubernetes.Interface
+	pods corelisters.PodLister
+	// podIndex finds the pods holding addresses of a Network.
+	podIndex cache.Indexer
+	changed  func(network cache.ObjectName)
 	networks samplecrdlisters.NetworkLister
 	recorder record.EventRecorder
 	resolver netspec.Resolver
@@ -79,6 +109,9 @@ type Controller struct {
 	// waiting: pods that wait for a Network to appear or to free an
 	// address, by Network namespace/name.
 	waiting map[string]map[cache.ObjectName]bool
+	// retired Networks are being deleted: nothing more is allocated in
+	// them.
+	retired map[types.UID]bool
 }
 
 type held struct {
@@ -92,6 +125,13 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	c := &Controller{
 		kube: kube, pods: pods.Lister(), networks: networks.Lister(), recorder: recorder, resolver: o.Resolver,
 		pools: map[types.UID]*ipam.Pool{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
+		retired: map[types.UID]bool{}, changed: o.UsageChanged, podIndex: pods.Informer().GetIndexer(),
+	}
+	if c.changed == nil {
+		c.changed = func(cache.ObjectName) {}
+	}
+	if err := pods.Informer().AddIndexers(cache.Indexers{networkIndex: podNetworkUIDs}); err != nil {
+		return nil, fmt.Errorf("indexing pods by Network: %w", err)
 	}
 	var err error
 	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
@@ -115,6 +155,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	networksHandled, err := networks.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.wake,
 		UpdateFunc: func(_, newObj any) { c.wake(newObj) },
+		DeleteFunc: c.forget,
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding Network event handler: %w", err)
@@ -137,6 +178,21 @@ func (c *Controller) wake(obj any) {
 		return
 	}
 	c.wakeNetwork(n.Namespace + "/" + n.Name)
+}
+
+// forget drops the pool of a Network that is gone.
+func (c *Controller) forget(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	n, ok := obj.(*samplecrdv1.Network)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pools, n.UID)
+	delete(c.retired, n.UID)
 }
 
 func (c *Controller) wakeNetwork(key string) {
@@ -204,6 +260,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	var parts []string
 	for _, a := range allocations {
 		parts = append(parts, fmt.Sprintf("%s %s on %s", a.Interface, strings.Join(a.IPs, ","), a.Network))
+		c.changed(networkName(a.Network))
 	}
 	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", strings.Join(parts, "; "))
 	logger.V(1).Info("Allocated", "allocations", parts)
@@ -239,6 +296,11 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			undo()
 			c.waitLocked(key, name)
 			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
+		}
+		if c.retired[network.UID] || network.DeletionTimestamp != nil {
+			undo()
+			c.waitLocked(key, name)
+			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s is being deleted", key)}
 		}
 		pool, err := c.poolLocked(network)
 		if err != nil {
@@ -285,6 +347,11 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 	return out, nil
 }
 
+func networkName(key string) cache.ObjectName {
+	namespace, name, _ := strings.Cut(key, "/")
+	return cache.ObjectName{Namespace: namespace, Name: name}
+}
+
 func ownerKey(uid types.UID, iface string) string { return string(uid) + "/" + iface }
 
 // macFor is the interface's MAC: the one asked for, else one derived from
@@ -308,27 +375,26 @@ func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
 }
 
 // poolLocked is the pool of a Network, built from the allocations the pods
-// carry the first time it is needed.
+// carry the first time it is needed, and again if the Network's cidr or
+// gateway changed.
 func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error) {
-	if p, ok := c.pools[network.UID]; ok {
-		return p, nil
-	}
 	resolved, errs := c.resolver.Resolve(network.Spec)
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
+	}
+	if p, ok := c.pools[network.UID]; ok && p.Prefix() == resolved.Prefix && p.Gateway() == resolved.Gateway {
+		return p, nil
 	}
 	p, err := ipam.NewPool(resolved.Prefix, resolved.Gateway)
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.pods.List(labels.Everything())
+	pods, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
 		return nil, err
 	}
-	for _, pod := range pods {
-		if finished(pod) {
-			continue
-		}
+	for _, obj := range pods {
+		pod := obj.(*corev1.Pod)
 		have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
 		if err != nil || have == nil {
 			continue
@@ -364,6 +430,58 @@ func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error
 	return p, nil
 }
 
+// Usage counts the Network's addresses that pods hold, and those left.
+func (c *Controller) Usage(network *samplecrdv1.Network) (allocated int64, available *big.Int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, err := c.poolLocked(network)
+	if err != nil {
+		return 0, nil, err
+	}
+	return int64(p.Allocated()), p.Available(), nil
+}
+
+// Retire stops allocating in a Network that is being deleted, and counts
+// the pods that still hold addresses in it, naming up to limit of them.
+// Both under one lock: once it reports none, none are handed out.
+func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retired[network.UID] = true
+	return c.heldLocked(network, limit)
+}
+
+// Held counts the pods that hold addresses in a Network, naming up to
+// limit of them.
+func (c *Controller) Held(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldLocked(network, limit)
+}
+
+func (c *Controller) heldLocked(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+	p, err := c.poolLocked(network)
+	if err != nil {
+		// No valid spec, no pool: nothing can have been allocated.
+		return 0, nil, nil //nolint:nilerr
+	}
+	if p.Allocated() == 0 {
+		return 0, nil, nil
+	}
+	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, obj := range objs {
+		pods = append(pods, cache.MetaObjectToName(obj.(*corev1.Pod)).String())
+	}
+	slices.Sort(pods)
+	// Pods whose allocation is still being written are not in the index
+	// yet, but hold their addresses already.
+	holders := max(int64(len(pods)), min(int64(p.Allocated()), 1))
+	return holders, pods[:min(limit, len(pods))], nil
+}
+
 // adopt records what a pod carries, after a restart or once our own write
 // is in the cache.
 func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselect.Allocation) {
@@ -394,6 +512,7 @@ func (c *Controller) release(name cache.ObjectName, uid types.UID) {
 	c.mu.Unlock()
 	for _, n := range networks {
 		c.wakeNetwork(n)
+		c.changed(networkName(n))
 	}
 }
 

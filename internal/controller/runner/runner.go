@@ -127,6 +127,12 @@ func (c *Controller) Enqueue(obj any) {
 // Add adds a name.
 func (c *Controller) Add(name cache.ObjectName) { c.queue.Add(name) }
 
+// AddAfter adds a name once delay has passed; adding it again meanwhile
+// adds it once, so that a burst of changes costs one sync.
+func (c *Controller) AddAfter(name cache.ObjectName, delay time.Duration) {
+	c.queue.AddAfter(name, delay)
+}
+
 // Len is the number of names waiting, for tests and benchmarks.
 func (c *Controller) Len() int { return c.queue.Len() }
 

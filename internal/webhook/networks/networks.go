@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -34,6 +35,15 @@ type Admission struct {
 	// Resolver says what a spec means; the controller uses the same
 	// policy (--allow-reserved-prefixes).
 	Resolver netspec.Resolver
+	// Addresses, if set, says which pods hold a Network's addresses: its
+	// cidr and gateway cannot change under them.
+	Addresses AddressHolders
+}
+
+// AddressHolders counts the pods that hold addresses in a Network (the
+// allocation controller), naming up to limit of them.
+type AddressHolders interface {
+	Held(n *samplecrdv1.Network, limit int) (held int64, pods []string, err error)
 }
 
 func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
@@ -74,6 +84,9 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if len(errs) == 0 {
 		errs = a.overlaps(n, resolved)
 	}
+	if len(errs) == 0 && req.Operation == admissionv1.Update {
+		errs = a.addressesHeld(a.decodeOld(req), resolved)
+	}
 	if len(errs) > 0 {
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
@@ -102,6 +115,35 @@ func (a *Admission) overlaps(n *samplecrdv1.Network, resolved netspec.Resolved) 
 			fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, theirs.Masked()))}
 	}
 	return nil
+}
+
+// addressesHeld refuses to move the addresses of a Network that pods hold
+// addresses of: they would keep addresses outside it.
+func (a *Admission) addressesHeld(old *samplecrdv1.Network, resolved netspec.Resolved) field.ErrorList {
+	if a.Addresses == nil || old == nil {
+		return nil
+	}
+	was, errs := a.Resolver.Resolve(old.Spec)
+	if len(errs) > 0 || was.Prefix == resolved.Prefix && was.Gateway == resolved.Gateway {
+		return nil
+	}
+	held, pods, err := a.Addresses.Held(old, 3)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
+	}
+	if held == 0 {
+		return nil
+	}
+	path, value := field.NewPath("spec", "cidr"), old.Spec.CIDR
+	if was.Prefix == resolved.Prefix {
+		path, value = field.NewPath("spec", "gateway"), old.Spec.Gateway
+	}
+	more := ""
+	if int64(len(pods)) < held {
+		more = ", ..."
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%d pods hold addresses of the Network (%s%s): it can change once they are gone (was %q)",
+		held, strings.Join(pods, ", "), more, value))}
 }
 
 // warnings are about a spec that means something other than it says (host

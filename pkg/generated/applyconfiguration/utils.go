@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithKind("Network"):
 		return &samplecrdv1.NetworkApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NetworkAddresses"):
+		return &samplecrdv1.NetworkAddressesApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkBackendStatus"):
 		return &samplecrdv1.NetworkBackendStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkSpec"):

@@ -13,6 +13,8 @@ import (
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`,description="The address range of the network."
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,description="The gateway address."
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
+// +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.addresses.allocated`,description="Addresses held by pods."
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.addresses.available`,priority=1,description="Addresses left for pods."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend.type`,priority=1
 // +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.status.backend.interface`,priority=1
@@ -86,7 +88,7 @@ type NetworkStatus struct {
 
 	// conditions describe the network's state. The Ready condition is True
 	// when the backend network matches the spec; its reason is one of
-	// Provisioned, BackendError, Invalid or Deleting.
+	// Provisioned, BackendError, Invalid, Overlap, InUse or Deleting.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -106,6 +108,23 @@ type NetworkStatus struct {
 	// deletes exactly that network again.
 	// +optional
 	Backend *NetworkBackendStatus `json:"backend,omitempty"`
+
+	// addresses is how pods use the network's addresses. It is updated
+	// at most about once a second, not on every pod.
+	// +optional
+	Addresses *NetworkAddresses `json:"addresses,omitempty"`
+}
+
+// NetworkAddresses counts the addresses of a Network that pods use.
+type NetworkAddresses struct {
+	// allocated is the number of addresses that pods hold.
+	// +required
+	Allocated int64 `json:"allocated"`
+
+	// available is the number of addresses that can still be allocated,
+	// in decimal: an IPv6 network has more than an integer field holds.
+	// +required
+	Available string `json:"available"`
 }
 
 // NetworkBackendStatus records which backend network belongs to a Network.
@@ -138,6 +157,9 @@ const (
 	ReasonBackendError = "BackendError"
 	// ReasonInvalid: the spec cannot be realised; netop waits for a change.
 	ReasonInvalid = "Invalid"
+	// ReasonInUse: the Network is being deleted and waits for the pods
+	// that hold its addresses to go.
+	ReasonInUse = "InUse"
 	// ReasonDeleting: the Network is being deleted and its backend network removed.
 	ReasonDeleting = "Deleting"
 	// ReasonOverlap: the cidr overlaps an older Network, which is the one

@@ -33,7 +33,7 @@ type NetworkStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions describe the network's state. The Ready condition is True
 	// when the backend network matches the spec; its reason is one of
-	// Provisioned, BackendError, Invalid or Deleting.
+	// Provisioned, BackendError, Invalid, Overlap, InUse or Deleting.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// cidr is the canonical form of spec.cidr that the backend uses.
 	CIDR *string `json:"cidr,omitempty"`
@@ -42,6 +42,9 @@ type NetworkStatusApplyConfiguration struct {
 	// backend identifies the backend network, so that netop finds and
 	// deletes exactly that network again.
 	Backend *NetworkBackendStatusApplyConfiguration `json:"backend,omitempty"`
+	// addresses is how pods use the network's addresses. It is updated
+	// at most about once a second, not on every pod.
+	Addresses *NetworkAddressesApplyConfiguration `json:"addresses,omitempty"`
 }
 
 // NetworkStatusApplyConfiguration constructs a declarative configuration of the NetworkStatus type for use with
@@ -92,5 +95,13 @@ func (b *NetworkStatusApplyConfiguration) WithGateway(value string) *NetworkStat
 // If called multiple times, the Backend field is set to the value of the last call.
 func (b *NetworkStatusApplyConfiguration) WithBackend(value *NetworkBackendStatusApplyConfiguration) *NetworkStatusApplyConfiguration {
 	b.Backend = value
+	return b
+}
+
+// WithAddresses sets the Addresses field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Addresses field is set to the value of the last call.
+func (b *NetworkStatusApplyConfiguration) WithAddresses(value *NetworkAddressesApplyConfiguration) *NetworkStatusApplyConfiguration {
+	b.Addresses = value
 	return b
 }

@@ -1,0 +1,151 @@
+package podnet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netop-dev/netop/internal/backend/backendtest"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+)
+
+// addresses reads the Network's address usage from its status.
+func addresses(ctx context.Context, env *testenv.Env, ns, name string) (*samplecrdv1.Network, string) {
+	n, err := env.Netop.SamplecrdV1().Networks(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err.Error()
+	}
+	if n.Status.Addresses == nil {
+		return n, "no status.addresses"
+	}
+	return n, fmt.Sprintf("allocated %d available %s", n.Status.Addresses.Allocated, n.Status.Addresses.Available)
+}
+
+// The whole operator (allocation, Network controller, admission): the
+// Network's status counts the addresses pods hold, with far fewer status
+// writes than pods; while pods hold addresses its cidr and gateway cannot
+// change and its deletion waits with Ready=False reason InUse naming them;
+// once they are gone it is deleted as before.
+func TestNetworkInUse(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	opts := operator.NewOptions()
+	opts.MetricsAddr = "0"
+	opts.WebhookAddr = "127.0.0.1:0"
+	opts.WebhookLocal = true
+	opts.WebhookCertDir = t.TempDir()
+	opts.InitializeWorkloads = false
+	// Runs after the operator stopped: the webhooks it registered must
+	// not outlive it, or the next test's Networks are refused.
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
+		_ = env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
+	})
+	be := backendtest.New()
+	op, _ := testenv.StartOperator(t, env.Config, opts, be)
+	nets := env.Netop.SamplecrdV1().Networks(ns)
+
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		_, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "example-network"},
+			Spec: samplecrdv1.NetworkSpec{CIDR: "192.168.0.0/24"}}, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err) // the webhooks may not answer yet
+	})
+	n := env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	if a := n.Status.Addresses; a == nil || a.Allocated != 0 || a.Available != "253" {
+		t.Fatalf("a new /24: status.addresses %+v, want 0 allocated and 253 available (not the network, gateway or broadcast)", a)
+	}
+
+	statusWrites := func() float64 {
+		return testutil.ToFloat64(op.Metrics().APIWrites.WithLabelValues("put", "networks/status"))
+	}
+	before := statusWrites()
+	const pods = 20
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() { createPod(t, env, ns, fmt.Sprintf("p%02d", i), "example-network") })
+	}
+	wg.Wait()
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		_, got := addresses(ctx, env, ns, "example-network")
+		return got == fmt.Sprintf("allocated %d available %d", pods, 253-pods), got
+	})
+	if writes := statusWrites() - before; writes < 1 || writes > pods/4 {
+		t.Errorf("%v status writes for %d pods: want at least one, and far fewer than pods", writes, pods)
+	} else {
+		t.Logf("%v status writes for %d pods", writes, pods)
+	}
+
+	// The addresses cannot move under the pods.
+	for field, edit := range map[string]func(*samplecrdv1.Network){
+		"spec.cidr":    func(n *samplecrdv1.Network) { n.Spec.CIDR, n.Spec.Gateway = "10.9.0.0/24", "" },
+		"spec.gateway": func(n *samplecrdv1.Network) { n.Spec.Gateway = "192.168.0.254" },
+	} {
+		cur, err := nets.Get(t.Context(), "example-network", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(cur)
+		_, err = nets.Update(t.Context(), cur, metav1.UpdateOptions{})
+		want := fmt.Sprintf("%s: Forbidden: %d pods hold addresses of the Network (%s/p00, %s/p01, %s/p02, ...)", field, pods, ns, ns, ns)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("changing %s under pods: %v, want %q", field, err, want)
+		}
+	}
+
+	// Deletion waits for the pods.
+	if err := nets.Delete(t.Context(), "example-network", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		n, err := nets.Get(ctx, "example-network", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == samplecrdv1.ReasonInUse &&
+			strings.Contains(ready.Message, fmt.Sprintf("%d pods hold addresses of the Network (%s/p00, %s/p01, %s/p02, ...)", pods, ns, ns, ns)), fmt.Sprintf("%+v", ready)
+	})
+	if len(be.Networks()) != 1 {
+		t.Fatalf("the backend network went while pods use it: %v", be.Networks())
+	}
+	// A pod made now does not get an address of a Network being deleted.
+	createPod(t, env, ns, "late", "example-network")
+
+	for i := range pods - 1 {
+		if err := env.Kube.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("p%02d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		n, got := addresses(ctx, env, ns, "example-network")
+		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		return got == fmt.Sprintf("allocated 1 available %d", 252) && ready != nil && strings.HasPrefix(ready.Message, fmt.Sprintf("1 pods hold addresses of the Network (%s/p19)", ns)),
+			got + " " + fmt.Sprint(ready)
+	})
+	if err := env.Kube.CoreV1().Pods(ns).Delete(t.Context(), "p19", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		_, err := nets.Get(ctx, "example-network", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && len(be.Networks()) == 0, fmt.Sprintf("%v, backend %d", err, len(be.Networks()))
+	})
+	late, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), "late", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.Annotations[netselect.AllocationsAnnotation] != "" {
+		t.Errorf("a pod created during the Network's deletion got %s", late.Annotations[netselect.AllocationsAnnotation])
+	}
+}
