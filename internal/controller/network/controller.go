@@ -7,8 +7,8 @@ package network
 
 import (
 	"context"
-	"math/big"
 	"fmt"
+	"math/big"
 	"net/netip"
 	"slices"
 	"sync"

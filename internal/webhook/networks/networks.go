@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
 	"slices"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
