@@ -3,11 +3,13 @@ package standalone
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,9 +29,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/image"
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
 const testNodeName = "netop-test-node"
@@ -124,6 +129,78 @@ func TestNode(t *testing.T) {
 		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
 			_, err := kube.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprintf("pod web still there (%v)", err)
+		})
+	})
+
+	t.Run("pods join example-network", func(t *testing.T) {
+		nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+		network := &samplecrdv1.Network{}
+		readYAML(t, "../../examples/network.yaml", network)
+		if _, err := nets.Create(t.Context(), network, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		usage := func(ctx context.Context) string {
+			n, err := nets.Get(ctx, network.Name, metav1.GetOptions{})
+			if err != nil || n.Status.Addresses == nil {
+				return fmt.Sprintf("no usage (%v)", err)
+			}
+			return fmt.Sprintf("%d allocated, %s available", n.Status.Addresses.Allocated, n.Status.Addresses.Available)
+		}
+		addrs := map[string]string{}
+		for _, name := range []string{"na", "nb"} {
+			p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
+			p.Annotations = map[string]string{netselect.NetworksAnnotation: network.Name}
+			runPod(t, kube, p)
+		}
+		for _, name := range []string{"na", "nb"} {
+			waitRunning(t, kube, name, "c")
+			// net1, in 192.168.0.0/16, as the pod itself sees it.
+			fields := strings.Fields(execIn(t, cfg, kube, name, "sh", "-c", "ip -4 -o addr show dev net1"))
+			if len(fields) < 4 || !strings.HasPrefix(fields[3], "192.168.") || !strings.HasSuffix(fields[3], "/16") {
+				t.Fatalf("pod %s: net1 has %q, want an address of 192.168.0.0/16", name, fields)
+			}
+			addrs[name] = strings.TrimSuffix(fields[3], "/16")
+			pod, err := kube.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var status []struct {
+				Name, Interface, Mac string
+				IPs                  []string
+			}
+			if err := json.Unmarshal([]byte(pod.Annotations[netselect.StatusAnnotation]), &status); err != nil || len(status) != 1 ||
+				status[0].Name != "default/"+network.Name || status[0].Interface != "net1" || !slices.Equal(status[0].IPs, []string{addrs[name]}) {
+				t.Errorf("pod %s: network-status %s (%v), want net1 on default/%s with %s", name, pod.Annotations[netselect.StatusAnnotation], err, network.Name, addrs[name])
+			}
+			mac := strings.TrimSpace(execIn(t, cfg, kube, name, "cat", "/sys/class/net/net1/address"))
+			if len(status) == 1 && status[0].Mac != mac {
+				t.Errorf("pod %s: network-status says MAC %s, net1 has %s", name, status[0].Mac, mac)
+			}
+		}
+		if addrs["na"] == addrs["nb"] {
+			t.Fatalf("both pods have %s", addrs["na"])
+		}
+		for from, to := range map[string]string{"na": addrs["nb"], "nb": addrs["na"]} {
+			for _, target := range []string{to, network.Spec.Gateway} {
+				execIn(t, cfg, kube, from, "ping", "-c", "1", "-W", "3", target) // fails the test unless it answers
+			}
+		}
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			got := usage(ctx)
+			return got == "2 allocated, 65531 available", got
+		})
+		for _, name := range []string{"na", "nb"} {
+			if err := kube.CoreV1().Pods("default").Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			got := usage(ctx)
+			return got == "0 allocated, 65533 available", got
+		})
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			left, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
+			return len(left) == 0, fmt.Sprintf("attachment records left: %v", left)
 		})
 	})
 
