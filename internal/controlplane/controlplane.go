@@ -365,6 +365,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		"--kubelet-client-certificate=" + p.path(kubeletClientCertFile),
 		"--kubelet-client-key=" + p.path(kubeletClientKeyFile),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// Stop in seconds with clients watching (kubectl get -w, a
+		// user's controller): once the short requests are drained, the
+		// HTTP server gives watches 2s instead of its 60s request timeout.
+		"--shutdown-send-retry-after=true",
 	}
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("kube-apiserver flags: %w", err)
