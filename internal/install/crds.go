@@ -28,6 +28,12 @@ func CRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	return ApplyCRDs(ctx, cfg, crds...)
+}
+
+// ApplyCRDs creates or updates CRDs with a server-side apply and waits
+// until each is Established.
+func ApplyCRDs(ctx context.Context, cfg *rest.Config, crds ...*apiextensionsv1.CustomResourceDefinition) error {
 	client, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("apiextensions client: %w", err)

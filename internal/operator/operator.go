@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -31,6 +33,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
+	"github.com/netop-dev/netop/internal/controller/nad"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/controller/workload"
@@ -63,8 +66,11 @@ type Operator struct {
 	templates   kubeinformers.SharedInformerFactory
 	// pods is the pod cache of the address allocation, trimmed to what
 	// it reads.
-	pods      kubeinformers.SharedInformerFactory
-	podnet    *podnet.Controller
+	pods   kubeinformers.SharedInformerFactory
+	podnet *podnet.Controller
+	// nads is the NetworkAttachmentDefinitions' cache, where Multus is.
+	nads      dynamicinformer.DynamicSharedInformerFactory
+	nadKeep   *nad.Controller
 	admission *admission
 	workloads *workload.Controller
 	backend   backend.Backend
@@ -147,6 +153,10 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	// Address usage is read from the pods: not before they are listed.
 	op.controller.WaitFor(op.pods.Core().V1().Pods().Informer().HasSyncedChecker())
 
+	if op.nadKeep, err = op.newNADController(ctx, cfg, kube, recorder); err != nil {
+		return fail(err)
+	}
+
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
 	op.templates = templateInformers(kube, o.Resync)
 	if o.InitializeWorkloads {
@@ -166,6 +176,25 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.removeWebhooks = func(ctx context.Context) error { return removeWebhooks(ctx, kube) }
 	}
 	return op, nil
+}
+
+// newNADController keeps a NetworkAttachmentDefinition per Network where
+// the cluster serves them (Multus is installed); nil elsewhere.
+func (op *Operator) newNADController(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, recorder record.EventRecorder) (*nad.Controller, error) {
+	installed, err := nad.Installed(kube.Discovery())
+	if err != nil || !installed {
+		klog.FromContext(ctx).V(1).Info("Not keeping NetworkAttachmentDefinitions", "installed", installed, "err", err)
+		return nil, nil //nolint:nilerr // discovery failing only means Multus support is off
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	// All of them, not only netop's: one a user made under a Network's
+	// name must be seen to be left alone.
+	op.nads = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, op.opts.Resync, op.opts.Namespace, nil)
+	return nad.New(ctx, dyn, op.factory.Samplecrd().V1().Networks(), op.nads.ForResource(nad.Resource), recorder, op.metrics,
+		nad.Options{Workers: op.opts.Workers, Kubeconfig: op.opts.CNIKubeconfig, DataDir: op.opts.CNIDataDir})
 }
 
 // clusterID returns the cluster identity: the flag's, or the UID of the
@@ -266,6 +295,9 @@ func (op *Operator) Run(ctx context.Context) error {
 		Start(<-chan struct{})
 		Shutdown()
 	}{op.factory, op.kubeFactory, op.templates, op.pods}
+	if op.nads != nil {
+		factories = append(factories, op.nads)
+	}
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
@@ -284,6 +316,9 @@ func (op *Operator) Run(ctx context.Context) error {
 	}
 	run("network controller", op.controller.Run)
 	run("address allocation", op.podnet.Run)
+	if op.nadKeep != nil {
+		run("NetworkAttachmentDefinition controller", op.nadKeep.Run)
+	}
 
 	err := g.Wait()
 	for _, f := range factories {

@@ -89,6 +89,11 @@ type Options struct {
 	// Loopback and multicast, and the prefixes that contain them, stay
 	// refused: the CRD refuses them too.
 	AllowReservedPrefixes bool
+	// CNIKubeconfig and CNIDataDir are the paths, on the nodes, of the CNI
+	// plugin's credentials and records, as written into the
+	// NetworkAttachmentDefinitions netop keeps where Multus runs.
+	CNIKubeconfig string
+	CNIDataDir    string
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -109,6 +114,9 @@ func NewOptions() *Options {
 		WebhookMaxInflightBytes: resource.QuantityValue{Quantity: *resource.NewQuantity(webhook.DefaultMaxBodyBytesInFlight, resource.BinarySI)},
 
 		InitializeWorkloads: true,
+
+		CNIKubeconfig: "/etc/cni/net.d/netop.d/netop.kubeconfig",
+		CNIDataDir:    "/var/lib/cni/netop",
 	}
 }
 
@@ -145,6 +153,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of admission review bodies the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
 	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
 	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
+	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
+	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 }
 

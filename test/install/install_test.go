@@ -151,6 +151,11 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{false, "update", "", "pods", "default", "p"},
 		{false, "create", "", "pods", "default", ""},
 		{false, "delete", "", "pods", "default", "p"},
+		// Multus's NetworkAttachmentDefinitions: kept, never deleted (the
+		// garbage collector does).
+		{true, "patch", "k8s.cni.cncf.io", "network-attachment-definitions", "default", "n"},
+		{true, "watch", "k8s.cni.cncf.io", "network-attachment-definitions", "", ""},
+		{false, "delete", "k8s.cni.cncf.io", "network-attachment-definitions", "default", "n"},
 	} {
 		sar, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{

@@ -52,9 +52,20 @@ var Versions = cniversion.PluginSupports("1.0.0", "1.1.0")
 // kubelet retries a failed sandbox, and each failure is an Event.
 const defaultTimeout = 30 * time.Second
 
-// Config is the plugin's network configuration.
+// Config is the plugin's network configuration. It spells out the fields
+// of the spec it uses rather than embedding types.PluginConf, whose
+// marshalling depends on addressability and writes empty ipam and dns.
 type Config struct {
-	types.PluginConf
+	CNIVersion string `json:"cniVersion,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Type       string `json:"type,omitempty"`
+	// RawPrevResult is the result of the plugins before netop's in a
+	// chain.
+	RawPrevResult map[string]any `json:"prevResult,omitempty"`
+	PrevResult    types.Result   `json:"-"`
+	// ValidAttachments: GC's list of the attachments to keep.
+	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
+
 	// Kubeconfig is the file ADD reads pods with (the node's credentials).
 	Kubeconfig string `json:"kubeconfig"`
 	// NodeNetns is the path of the network namespace holding the
@@ -95,9 +106,11 @@ func loadConfig(stdin []byte) (*Config, error) {
 		return nil, errors.New("network configuration: dataDir: required (where attachments are recorded)")
 	}
 	if conf.RawPrevResult != nil {
-		if err := cniversion.ParsePrevResult(&conf.PluginConf); err != nil {
+		parsed := types.PluginConf{CNIVersion: conf.CNIVersion, RawPrevResult: conf.RawPrevResult}
+		if err := cniversion.ParsePrevResult(&parsed); err != nil {
 			return nil, fmt.Errorf("network configuration: prevResult: %w", err)
 		}
+		conf.PrevResult = parsed.PrevResult
 	}
 	return conf, nil
 }
