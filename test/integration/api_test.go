@@ -214,7 +214,7 @@ func TestSchemaRejectsInvalidNetworks(t *testing.T) {
 	}
 }
 
-// kubectl get net shows CIDR, GATEWAY and READY; the table comes from the
+// kubectl get net shows CIDR, GATEWAY, READY and ALLOCATED; the table comes from the
 // CRD's printer columns, which is what kubectl prints.
 func TestPrinterColumnsAndShortName(t *testing.T) {
 	env := testenv.Get(t)
@@ -245,7 +245,7 @@ func TestPrinterColumnsAndShortName(t *testing.T) {
 			columns = append(columns, strings.ToUpper(c.Name))
 		}
 	}
-	if got, want := strings.Join(columns, " "), "NAME CIDR GATEWAY READY AGE"; got != want {
+	if got, want := strings.Join(columns, " "), "NAME CIDR GATEWAY READY ALLOCATED AGE"; got != want {
 		t.Fatalf("columns = %q, want %q", got, want)
 	}
 	if len(table.Rows) != 1 || table.Rows[0].Cells[1] != "10.1.0.0/16" || table.Rows[0].Cells[2] != "10.1.0.1" {

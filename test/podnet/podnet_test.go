@@ -18,6 +18,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -200,6 +201,25 @@ func TestFullNetworkWaitsThenRecovers(t *testing.T) {
 	if got := all["late"]; len(got) != 1 || got[0].IPs[0] != freed {
 		t.Errorf("late got %+v, want the freed %s", got, freed)
 	}
+
+	// A pod that failed (here before its sandbox ever ran) frees its
+	// address too, with the pod still there.
+	createPod(t, env, ns, "later", "tiny")
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p3, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), "p3", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p3.Status.Phase = corev1.PodFailed
+		_, err = env.Kube.CoreV1().Pods(ns).UpdateStatus(t.Context(), p3, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		got := allocations(t, env, ns)["later"]
+		return len(got) == 1 && got[0].IPs[0] == all["p3"][0].IPs[0], fmt.Sprintf("later has %+v, want p3's %s", got, all["p3"][0].IPs[0])
+	})
 }
 
 // A restarted controller rebuilds from the pods: new pods never get an

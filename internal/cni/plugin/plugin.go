@@ -322,19 +322,23 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 	}
 }
 
-// allocated: the pod's allocations, once they answer what it declares; else
-// why not yet.
+// allocated: the pod's allocations, once written (they are the pod's for
+// its life, even if its networks annotation changed since); none if it
+// declares no Networks; else why not yet.
 func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
+	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if allocations != nil {
+		return allocations, true, nil
+	}
 	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
 	if err != nil {
 		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if len(selections) == 0 {
 		return nil, true, nil
-	}
-	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	if err == nil && netselect.Satisfies(allocations, selections) {
-		return allocations, true, nil
 	}
 	return nil, false, fmt.Errorf("pod %s/%s: netop has not allocated its addresses yet (the pod's Events say why)", pod.Namespace, pod.Name)
 }

@@ -2,9 +2,10 @@
 // It is the one writer of allocations: when a pod asks for Networks (Multus's
 // k8s.v1.cni.cncf.io/networks), it picks an address of each Network's cidr
 // and a MAC, and writes them on the pod in one patch, as netop's own
-// allocations annotation and as Multus's network-status, with the pod's
-// resourceVersion. An address is in use exactly while a pod that has not
-// finished carries it: deleted and finished pods free theirs with no write,
+// allocations annotation and as Multus's network-status, for the pod's UID.
+// Written allocations are the pod's for its life. An address is in use
+// exactly while a pod that has not finished carries it: deleted and
+// finished pods free theirs with no write,
 // and a restarted controller rebuilds every Network's pool from the pods
 // before it allocates anything. The CNI plugin on the node reads the
 // annotation and attaches the pod.
@@ -54,6 +55,7 @@ const (
 	ReasonNetworkNotFound = "NetworkNotFound"
 	ReasonNoFreeAddress   = "NoFreeAddress"
 	ReasonAddressRefused  = "AddressRefused"
+	ReasonNetworksChanged = "NetworksChanged"
 )
 
 // Options configure the controller.
@@ -227,13 +229,21 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
-	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
-	if err != nil {
-		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v", err)
+	selections, parseErr := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
+	// Written allocations are the pod's for its life: its interfaces are
+	// made once, when its sandbox starts (Multus reads the annotation
+	// then too), and freeing an address a running pod has would hand it to
+	// a second pod.
+	if have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation]); err == nil && have != nil {
+		if parseErr != nil || !netselect.Satisfies(have, selections) {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonNetworksChanged,
+				"The pod's Networks are fixed once its addresses are allocated: it keeps %s; recreate it to join others", describe(have))
+		}
+		c.adopt(name, pod.UID, have)
 		return nil
 	}
-	if have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation]); err == nil && have != nil && netselect.Satisfies(have, selections) {
-		c.adopt(name, pod.UID, have)
+	if parseErr != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v", parseErr)
 		return nil
 	}
 	if len(selections) == 0 {
@@ -257,13 +267,11 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 		return err
 	}
-	var parts []string
 	for _, a := range allocations {
-		parts = append(parts, fmt.Sprintf("%s %s on %s", a.Interface, strings.Join(a.IPs, ","), a.Network))
 		c.changed(networkName(a.Network))
 	}
-	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", strings.Join(parts, "; "))
-	logger.V(1).Info("Allocated", "allocations", parts)
+	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(allocations))
+	logger.V(1).Info("Allocated", "allocations", describe(allocations))
 	return nil
 }
 
@@ -345,6 +353,15 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 	}
 	c.held[name] = held{uid: pod.UID, allocations: out}
 	return out, nil
+}
+
+// describe says what allocations give, for Events and logs.
+func describe(allocations []netselect.Allocation) string {
+	var parts []string
+	for _, a := range allocations {
+		parts = append(parts, fmt.Sprintf("%s %s on %s", a.Interface, strings.Join(a.IPs, ","), a.Network))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func networkName(key string) cache.ObjectName {
@@ -562,10 +579,15 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	if err != nil {
 		return err
 	}
+	// The UID makes sure the patch lands on the pod the cache showed, not
+	// on a new one of the same name. No resourceVersion: the scheduler and
+	// the kubelet change a new pod at the same time, and each change would
+	// cost a conflict and a second write; the annotations are netop's alone,
+	// and a networks annotation changed meanwhile is seen at the next sync,
+	// which allocates anew.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": pod.ResourceVersion,
-		"uid":             pod.UID,
-		"annotations":     map[string]string{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
+		"uid":         pod.UID,
+		"annotations": map[string]string{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
 	}})
 	if err != nil {
 		return err

@@ -3,7 +3,10 @@
 // start to the Node Ready on a fresh data directory (cold) and on the same
 // one again (warm), pod create to Running over N pods created at once, and
 // the memory of the node's processes (kubelet, containerd, shims) with
-// those pods running. It prints a table and a JSON line.
+// those pods running; then the same pods declaring the tutorial's
+// example-network: create to Running with net1 attached, create to
+// addresses allocated, pods attached per second, and netop's API writes
+// per pod. It prints two tables and a JSON line.
 //
 //	go run ./test/bench/node [--pods 50]
 package main
@@ -16,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +37,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/netop-dev/netop/internal/netselect"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
 type result struct {
@@ -53,6 +61,16 @@ type result struct {
 	ShimsMiB      float64 `json:"shimsMiB"`
 	Shims         int     `json:"shims"`
 	StopS         float64 `json:"stopS"`
+	// The same, the pods declaring example-network.
+	NetOneP50S      float64 `json:"networkOneAtATimeP50S"`
+	NetOneP99S      float64 `json:"networkOneAtATimeP99S"`
+	NetRunningP50S  float64 `json:"networkRunningP50S"`
+	NetRunningP99S  float64 `json:"networkRunningP99S"`
+	NetAllRunningS  float64 `json:"networkAllRunningS"`
+	AllocatedP50S   float64 `json:"allocatedP50S"`
+	AllocatedP99S   float64 `json:"allocatedP99S"`
+	AttachedPerS    float64 `json:"attachedPerS"`
+	PodWritesPerPod float64 `json:"podWritesPerPod"`
 }
 
 func main() {
@@ -77,7 +95,8 @@ func run(pods int) error {
 	dataDir := filepath.Join(tmp, "d")
 	netns := fmt.Sprintf("netop-bench-%d", os.Getpid())
 	defer func() { _ = exec.Command("ip", "netns", "delete", netns).Run() }()
-	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
+	metricsAddr := "127.0.0.1:18089"
+	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", metricsAddr, "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
 	r := result{Date: time.Now().UTC().Format(time.DateOnly), CPUs: runtime.NumCPU(), Pods: pods}
 
 	sa, ready, err := start(binary, args)
@@ -95,32 +114,37 @@ func run(pods int) error {
 		sa.stop()
 		return fmt.Errorf("the standalone runs without a node (see %s/logs): %w", dataDir, err)
 	}
-	var took []float64
-	for i := range pods {
-		t, err := runPods(kube, fmt.Sprintf("one-%03d", i), 1)
-		if err != nil {
-			sa.stop()
-			return err
-		}
-		took = append(took, t...)
-	}
-	r.OneP50S, r.OneP99S = percentiles(took)
-	if err := deletePods(kube); err != nil {
+	plain, err := measurePods(kube, pods, "", dataDir)
+	if err != nil {
 		sa.stop()
 		return err
 	}
-	began := time.Now()
-	if took, err = runPods(kube, "all", pods); err != nil {
+	r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS = plain.oneP50, plain.oneP99, plain.allP50, plain.allP99, plain.all
+	r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims = plain.kubelet, plain.containerd, plain.shims, plain.nShims
+
+	if err := createNetwork(filepath.Join(dataDir, "kubeconfig")); err != nil {
 		sa.stop()
 		return err
 	}
-	r.AllRunningS = time.Since(began).Seconds()
-	r.RunningP50S, r.RunningP99S = percentiles(took)
-	r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims = memory(dataDir)
-	if err := deletePods(kube); err != nil {
+	writesBefore, err := podWrites(metricsAddr)
+	if err != nil {
 		sa.stop()
 		return err
 	}
+	joined, err := measurePods(kube, pods, "example-network", dataDir)
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	writesAfter, err := podWrites(metricsAddr)
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS = joined.oneP50, joined.oneP99, joined.allP50, joined.allP99, joined.all
+	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
+	r.AttachedPerS = float64(pods) / joined.all
+	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
 	r.StopS = sa.stop().Seconds()
 
 	sa, ready, err = start(binary, args)
@@ -134,9 +158,100 @@ func run(pods int) error {
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.0f MiB | %.0f MiB (%d) | %.2f s |\n",
 		r.Date, r.CPUs, r.ColdReadyS, r.WarmReadyS, r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS, r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims, r.StopS)
+	fmt.Println()
+	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | create to allocated, p50 | p99 | netop pod writes per pod |\n", pods)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.2f |\n",
+		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
+}
+
+// measured is one round of pods: one at a time, then all at once.
+type measured struct {
+	oneP50, oneP99, allP50, allP99, all float64
+	// allocated: create to allocation, every pod of both rounds.
+	allocated                  []float64
+	kubelet, containerd, shims float64
+	nShims                     int
+}
+
+// measurePods runs pods one at a time, then all at once, each declaring
+// network (if any), and deletes them.
+func measurePods(kube kubernetes.Interface, pods int, network, dataDir string) (measured, error) {
+	var m measured
+	var took []float64
+	for i := range pods {
+		t, allocated, err := runPods(kube, fmt.Sprintf("one%s-%03d", short(network), i), 1, network)
+		if err != nil {
+			return m, err
+		}
+		took = append(took, t...)
+		m.allocated = append(m.allocated, allocated...)
+	}
+	m.oneP50, m.oneP99 = percentiles(took)
+	if err := deletePods(kube); err != nil {
+		return m, err
+	}
+	began := time.Now()
+	took, allocated, err := runPods(kube, "all"+short(network), pods, network)
+	if err != nil {
+		return m, err
+	}
+	m.all = time.Since(began).Seconds()
+	m.allP50, m.allP99 = percentiles(took)
+	m.allocated = append(m.allocated, allocated...)
+	m.kubelet, m.containerd, m.shims, m.nShims = memory(dataDir)
+	return m, deletePods(kube)
+}
+
+func short(network string) string {
+	if network == "" {
+		return ""
+	}
+	return "-net"
+}
+
+// createNetwork applies the tutorial's Network and waits for it to be
+// Ready.
+func createNetwork(kubeconfig string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+	n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "example-network"}, Spec: samplecrdv1.NetworkSpec{CIDR: "192.168.0.0/16", Gateway: "192.168.0.1"}}
+	if _, err := nets.Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := nets.Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Addresses != nil, nil
+	})
+}
+
+// podWrites reads netop's count of writes to pods from its metrics.
+func podWrites(addr string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var total float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "netop_api_writes_total{") && strings.Contains(line, `resource="pods"`) {
+			fields := strings.Fields(line)
+			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				return 0, err
+			}
+			total += v
+		}
+	}
+	return total, sc.Err()
 }
 
 type standalone struct{ cmd *exec.Cmd }
@@ -189,21 +304,22 @@ func percentiles(took []float64) (p50, p99 float64) {
 	return took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
 }
 
-// runPods creates n pods named prefix-NNN at once and returns, for each,
-// the time from its create request to the watch event that shows it
-// Running.
-func runPods(kube kubernetes.Interface, prefix string, n int) ([]float64, error) {
+// runPods creates n pods named prefix-NNN at once, each declaring network
+// if given, and returns, for each, the time from its create request to the
+// watch event that shows it Running, and to the one that shows its
+// addresses allocated.
+func runPods(kube kubernetes.Interface, prefix string, n int, network string) ([]float64, []float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
-		return nil, errors.New("no default ServiceAccount")
+		return nil, nil, errors.New("no default ServiceAccount")
 	}
 	w, err := kube.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "bench=" + prefix})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer w.Stop()
 	var mu sync.Mutex
@@ -216,6 +332,9 @@ func runPods(kube kubernetes.Interface, prefix string, n int) ([]float64, error)
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": prefix}},
 				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64),
 					Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}}}}
+			if network != "" {
+				pod.Annotations = map[string]string{netselect.NetworksAnnotation: network}
+			}
 			mu.Lock()
 			sent[name] = time.Now()
 			mu.Unlock()
@@ -227,35 +346,47 @@ func runPods(kube kubernetes.Interface, prefix string, n int) ([]float64, error)
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return nil, fmt.Errorf("creating pods: %w", err)
+		return nil, nil, fmt.Errorf("creating pods: %w", err)
 	}
-	running := map[string]time.Time{}
+	running, allocated := map[string]time.Time{}, map[string]time.Time{}
 	for len(running) < n {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil, errors.New("watch closed")
+				return nil, nil, errors.New("watch closed")
 			}
 			if ev.Type == watch.Error {
-				return nil, fmt.Errorf("watch: %v", ev.Object)
+				return nil, nil, fmt.Errorf("watch: %v", ev.Object)
 			}
 			pod, ok := ev.Object.(*corev1.Pod)
-			if ok && pod.Status.Phase == corev1.PodRunning {
+			if !ok {
+				continue
+			}
+			if _, seen := allocated[pod.Name]; !seen && pod.Annotations[netselect.AllocationsAnnotation] != "" {
+				allocated[pod.Name] = time.Now()
+			}
+			if pod.Status.Phase == corev1.PodRunning {
 				if _, seen := running[pod.Name]; !seen {
 					running[pod.Name] = time.Now()
 				}
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%d of %d pods Running", len(running), n)
+			return nil, nil, fmt.Errorf("%d of %d pods Running", len(running), n)
 		}
 	}
-	var took []float64
+	var took, allocation []float64
 	mu.Lock()
 	for name, at := range running {
 		took = append(took, at.Sub(sent[name]).Seconds())
 	}
+	for name, at := range allocated {
+		allocation = append(allocation, at.Sub(sent[name]).Seconds())
+	}
 	mu.Unlock()
-	return took, nil
+	if network != "" && len(allocation) != n {
+		return nil, nil, fmt.Errorf("%d of %d pods Running without an allocation", n-len(allocation), n)
+	}
+	return took, allocation, nil
 }
 
 func deletePods(kube kubernetes.Interface) error {
