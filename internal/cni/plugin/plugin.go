@@ -31,7 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -286,40 +286,68 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 		return nil, fmt.Errorf("network configuration: kubeconfig %q: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = Type + "/" + version.String()
-	cfg.QPS, cfg.Burst = 10, 20 // one pod, polled
+	cfg.QPS, cfg.Burst = 10, 20 // one pod
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	var allocations []netselect.Allocation
-	// Why the pod is not ready yet, for the error at the deadline: what
-	// the pod says over a failed read, which the deadline itself causes.
-	var notAllocated, readErr error
-	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	// Usually the allocation is there before the sandbox is made; when it
+	// is not, one watch of the pod waits for it rather than polling, which
+	// would put a GET per pod every few hundred milliseconds on the API
+	// server exactly when a node starts many pods at once.
+	var lastErr error
+	for {
 		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return false, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+			return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 		case err != nil:
-			readErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
-			return false, nil
+			lastErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 		case uid != "" && string(pod.UID) != uid:
-			return false, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
+			return nil, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
+		default:
+			allocations, done, why := allocated(pod)
+			if done {
+				return allocations, nil
+			}
+			lastErr = why
+			if err := waitForChange(ctx, kube, pod); err != nil && ctx.Err() == nil {
+				lastErr = errors.Join(why, err)
+			}
 		}
-		var done bool
-		allocations, done, notAllocated = allocated(pod)
-		return done, nil
-	})
-	switch {
-	case err == nil:
-		return allocations, nil
-	case ctx.Err() != nil && notAllocated != nil:
-		return nil, notAllocated
-	case ctx.Err() != nil && readErr != nil:
-		return nil, readErr
-	default:
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, lastErr
+		}
+		if err != nil {
+			// A failed read: try again shortly.
+			select {
+			case <-ctx.Done():
+				return nil, lastErr
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}
+}
+
+// waitForChange returns once the pod changed after the version given, or
+// the watch ended.
+func waitForChange(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) error {
+	w, err := kube.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: pod.ResourceVersion})
+	if err != nil {
+		// Read again after a pause rather than not at all.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return fmt.Errorf("watching pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	defer w.Stop()
+	select {
+	case <-ctx.Done():
+	case <-w.ResultChan():
+	}
+	return nil
 }
 
 // allocated: the pod's allocations, once written (they are the pod's for

@@ -62,15 +62,18 @@ type result struct {
 	Shims         int     `json:"shims"`
 	StopS         float64 `json:"stopS"`
 	// The same, the pods declaring example-network.
-	NetOneP50S      float64 `json:"networkOneAtATimeP50S"`
-	NetOneP99S      float64 `json:"networkOneAtATimeP99S"`
-	NetRunningP50S  float64 `json:"networkRunningP50S"`
-	NetRunningP99S  float64 `json:"networkRunningP99S"`
-	NetAllRunningS  float64 `json:"networkAllRunningS"`
-	AllocatedP50S   float64 `json:"allocatedP50S"`
-	AllocatedP99S   float64 `json:"allocatedP99S"`
-	AttachedPerS    float64 `json:"attachedPerS"`
-	PodWritesPerPod float64 `json:"podWritesPerPod"`
+	NetOneP50S     float64 `json:"networkOneAtATimeP50S"`
+	NetOneP99S     float64 `json:"networkOneAtATimeP99S"`
+	NetRunningP50S float64 `json:"networkRunningP50S"`
+	NetRunningP99S float64 `json:"networkRunningP99S"`
+	NetAllRunningS float64 `json:"networkAllRunningS"`
+	// Create to allocated, one at a time and all at once.
+	AllocatedOneP50S float64 `json:"allocatedOneAtATimeP50S"`
+	AllocatedOneP99S float64 `json:"allocatedOneAtATimeP99S"`
+	AllocatedP50S    float64 `json:"allocatedP50S"`
+	AllocatedP99S    float64 `json:"allocatedP99S"`
+	AttachedPerS     float64 `json:"attachedPerS"`
+	PodWritesPerPod  float64 `json:"podWritesPerPod"`
 }
 
 func main() {
@@ -142,6 +145,7 @@ func run(pods int) error {
 		return err
 	}
 	r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS = joined.oneP50, joined.oneP99, joined.allP50, joined.allP99, joined.all
+	r.AllocatedOneP50S, r.AllocatedOneP99S = percentiles(joined.allocatedOne)
 	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
 	r.AttachedPerS = float64(pods) / joined.all
 	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
@@ -159,10 +163,11 @@ func run(pods int) error {
 	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.0f MiB | %.0f MiB (%d) | %.2f s |\n",
 		r.Date, r.CPUs, r.ColdReadyS, r.WarmReadyS, r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS, r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims, r.StopS)
 	fmt.Println()
-	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | create to allocated, p50 | p99 | netop pod writes per pod |\n", pods)
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.2f |\n",
-		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod)
+	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | create to allocated, one at a time, p50 | p99 | %d at once, p50 | p99 | netop pod writes per pod |\n", pods, pods)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s | %.2f |\n",
+		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS,
+		r.AllocatedOneP50S, r.AllocatedOneP99S, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
@@ -171,8 +176,9 @@ func run(pods int) error {
 // measured is one round of pods: one at a time, then all at once.
 type measured struct {
 	oneP50, oneP99, allP50, allP99, all float64
-	// allocated: create to allocation, every pod of both rounds.
-	allocated                  []float64
+	// allocatedOne, allocated: create to allocation, one at a time and
+	// all at once.
+	allocatedOne, allocated    []float64
 	kubelet, containerd, shims float64
 	nShims                     int
 }
@@ -188,10 +194,13 @@ func measurePods(kube kubernetes.Interface, pods int, network, dataDir string) (
 			return m, err
 		}
 		took = append(took, t...)
-		m.allocated = append(m.allocated, allocated...)
+		m.allocatedOne = append(m.allocatedOne, allocated...)
 	}
 	m.oneP50, m.oneP99 = percentiles(took)
 	if err := deletePods(kube); err != nil {
+		return m, err
+	}
+	if err := settle(dataDir); err != nil {
 		return m, err
 	}
 	began := time.Now()
@@ -203,7 +212,19 @@ func measurePods(kube kubernetes.Interface, pods int, network, dataDir string) (
 	m.allP50, m.allP99 = percentiles(took)
 	m.allocated = append(m.allocated, allocated...)
 	m.kubelet, m.containerd, m.shims, m.nShims = memory(dataDir)
-	return m, deletePods(kube)
+	if err := deletePods(kube); err != nil {
+		return m, err
+	}
+	return m, settle(dataDir)
+}
+
+// settle waits until the node has torn down the deleted pods' sandboxes
+// (no shim left), so that one round's teardown does not slow the next.
+func settle(dataDir string) error {
+	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		_, _, _, shims := memory(dataDir)
+		return shims == 0, nil
+	})
 }
 
 func short(network string) string {
