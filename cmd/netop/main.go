@@ -56,6 +56,9 @@ func newRootCommand() *cobra.Command {
 func newRunCommand(logOpts *logging.Options) *cobra.Command {
 	clientFlags := &operator.ClientConfigFlags{}
 	opts := operator.NewOptions()
+	// In a cluster there may be several replicas, as Kubernetes' own
+	// controllers default to.
+	opts.LeaderElect = true
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the operator against a cluster",

@@ -52,6 +52,8 @@ type Metrics struct {
 	// WebhookRejected counts admission reviews refused with 429 by the
 	// webhook server's limits, by limit (in_flight, bytes).
 	WebhookRejected *prometheus.CounterVec
+	// Leader is 1 while this replica leads (runs the controllers).
+	Leader prometheus.Gauge
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -68,6 +70,10 @@ func New() *Metrics {
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "leader",
+			Help: "1 while this replica leads and runs the controllers (with --leader-elect; always 1 without), else 0.",
+		}),
 		ReconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "reconcile_total",
 			Help: "Reconciles by controller and result (success, error, conflict, not_found).",
@@ -124,7 +130,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup, m.WebhookRejected,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup, m.WebhookRejected, m.Leader,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

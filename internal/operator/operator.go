@@ -76,6 +76,9 @@ type Operator struct {
 	backend   backend.Backend
 	close     func()
 	synced    atomic.Bool
+	// leader is the identity of the replica that leads, as last seen.
+	leader atomic.Value
+	kube   kubernetes.Interface
 	// started is when Run began, for the startup metrics.
 	started time.Time
 
@@ -99,6 +102,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	op.kube = kube
 	client, err := versioned.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("netop client: %w", err)
@@ -311,13 +315,32 @@ func (op *Operator) Run(ctx context.Context) error {
 	} else {
 		run("admission webhooks removal", op.removeWebhooks)
 	}
-	if op.workloads != nil {
-		run("workload controller", op.workloads.Run)
+	// The writers: on one replica at a time when replicas elect a leader.
+	controllers := func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		run := func(component string, f func(context.Context) error) {
+			g.Go(func() error {
+				if err := f(ctx); err != nil {
+					return fmt.Errorf("%s: %w", component, err)
+				}
+				return nil
+			})
+		}
+		if op.workloads != nil {
+			run("workload controller", op.workloads.Run)
+		}
+		run("network controller", op.controller.Run)
+		run("address allocation", op.podnet.Run)
+		if op.nadKeep != nil {
+			run("NetworkAttachmentDefinition controller", op.nadKeep.Run)
+		}
+		return g.Wait()
 	}
-	run("network controller", op.controller.Run)
-	run("address allocation", op.podnet.Run)
-	if op.nadKeep != nil {
-		run("NetworkAttachmentDefinition controller", op.nadKeep.Run)
+	if op.opts.LeaderElect {
+		run("leader election", func(ctx context.Context) error { return op.lead(ctx, op.kube, controllers) })
+	} else {
+		op.metrics.Leader.Set(1)
+		run("controllers", controllers)
 	}
 
 	err := g.Wait()
@@ -380,7 +403,13 @@ func (op *Operator) metricsHandler() http.Handler {
 			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		// Every replica is ready (each serves the webhooks); the body says
+		// which one leads.
+		msg := "ok"
+		if leader, _ := op.leader.Load().(string); op.opts.LeaderElect && leader != "" {
+			msg += "\nleader: " + leader
+		}
+		_, _ = w.Write([]byte(msg))
 	})
 	if op.opts.Profiling {
 		// pprof.Index serves the named profiles (heap, allocs, goroutine)

@@ -94,6 +94,14 @@ type Options struct {
 	// NetworkAttachmentDefinitions netop keeps where Multus runs.
 	CNIKubeconfig string
 	CNIDataDir    string
+
+	// LeaderElect makes replicas elect one leader (a Lease in
+	// OperatorNamespace) that runs the controllers; every replica serves
+	// the webhooks and keeps its caches warm.
+	LeaderElect bool
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
+	// leader election timings.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -117,6 +125,10 @@ func NewOptions() *Options {
 
 		CNIKubeconfig: "/etc/cni/net.d/netop.d/netop.kubeconfig",
 		CNIDataDir:    "/var/lib/cni/netop",
+
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
 	}
 }
 
@@ -155,6 +167,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
 	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one leader among the replicas (a Lease named netop in --operator-namespace) to run the controllers; every replica serves the admission webhooks. Off, this process runs the controllers at once: run one replica only.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease holds without renewal before another replica may take over.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the Lease.")
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 }
 
@@ -169,6 +185,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.Resync <= 0:
 		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
+	case o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0):
+		return fmt.Errorf("--leader-elect-lease-duration (%v) must exceed --leader-elect-renew-deadline (%v), which must exceed --leader-elect-retry-period (%v) > 0",
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
 	case o.WebhookMaxInflight < 0:
 		return fmt.Errorf("--webhook-max-inflight must be 0 (no limit) or positive, got %d", o.WebhookMaxInflight)
 	case o.WebhookMaxInflightBytes.Sign() < 0:

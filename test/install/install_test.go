@@ -151,6 +151,11 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{false, "update", "", "pods", "default", "p"},
 		{false, "create", "", "pods", "default", ""},
 		{false, "delete", "", "pods", "default", "p"},
+		// The leader election Lease, in netop's namespace only.
+		{true, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
+		{true, "create", "coordination.k8s.io", "leases", operatorNamespace, ""},
+		{false, "update", "coordination.k8s.io", "leases", operatorNamespace, "another"},
+		{false, "create", "coordination.k8s.io", "leases", "default", ""},
 		// Multus's NetworkAttachmentDefinitions: kept, never deleted (the
 		// garbage collector does).
 		{true, "patch", "k8s.cni.cncf.io", "network-attachment-definitions", "default", "n"},
