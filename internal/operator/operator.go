@@ -286,15 +286,8 @@ func (op *Operator) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting netop", "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
 
-	g, ctx := errgroup.WithContext(ctx)
-	run := func(component string, f func(context.Context) error) {
-		g.Go(func() error {
-			if err := f(ctx); err != nil {
-				return fmt.Errorf("%s: %w", component, err)
-			}
-			return nil
-		})
-	}
+	all, ctx := newComponents(ctx)
+	run := all.run
 	factories := []interface {
 		Start(<-chan struct{})
 		Shutdown()
@@ -317,15 +310,8 @@ func (op *Operator) Run(ctx context.Context) error {
 	}
 	// The writers: on one replica at a time when replicas elect a leader.
 	controllers := func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		run := func(component string, f func(context.Context) error) {
-			g.Go(func() error {
-				if err := f(ctx); err != nil {
-					return fmt.Errorf("%s: %w", component, err)
-				}
-				return nil
-			})
-		}
+		writers, _ := newComponents(ctx)
+		run := writers.run
 		if op.workloads != nil {
 			run("workload controller", op.workloads.Run)
 		}
@@ -334,7 +320,7 @@ func (op *Operator) Run(ctx context.Context) error {
 		if op.nadKeep != nil {
 			run("NetworkAttachmentDefinition controller", op.nadKeep.Run)
 		}
-		return g.Wait()
+		return writers.wait()
 	}
 	if op.opts.LeaderElect {
 		run("leader election", func(ctx context.Context) error { return op.lead(ctx, op.kube, controllers) })
@@ -343,13 +329,37 @@ func (op *Operator) Run(ctx context.Context) error {
 		run("controllers", controllers)
 	}
 
-	err := g.Wait()
+	err := all.wait()
 	for _, f := range factories {
 		f.Shutdown()
 	}
 	logger.Info("Stopped netop")
 	return err
 }
+
+// components run in one errgroup: the first to fail stops the others, and
+// its error, named, is the group's.
+type components struct {
+	g   *errgroup.Group
+	ctx context.Context
+}
+
+// newComponents returns the group and the context its components run in.
+func newComponents(ctx context.Context) (*components, context.Context) {
+	g, ctx := errgroup.WithContext(ctx)
+	return &components{g: g, ctx: ctx}, ctx
+}
+
+func (c *components) run(name string, f func(context.Context) error) {
+	c.g.Go(func() error {
+		if err := f(c.ctx); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+func (c *components) wait() error { return c.g.Wait() }
 
 // waitSynced records the startup phases, makes /readyz ready and closes
 // synced once every cache is synced and the Network controller has been

@@ -185,7 +185,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.Resync <= 0:
 		return fmt.Errorf("--resync must be positive, got %v", o.Resync)
-	case o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0):
+	case o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0):
 		return fmt.Errorf("--leader-elect-lease-duration (%v) must exceed --leader-elect-renew-deadline (%v), which must exceed --leader-elect-retry-period (%v) > 0",
 			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
 	case o.WebhookMaxInflight < 0:

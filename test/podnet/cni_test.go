@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,6 +214,17 @@ func (n *cniNode) requireAttached(t *testing.T, s *sandbox) {
 		for _, ip := range a.IPs {
 			if !slices.ContainsFunc(addrs, func(h netlink.Addr) bool { return h.IPNet.String() == ip }) {
 				t.Errorf("pod %s: %s has %v, want %s", s.pod.Name, a.Interface, addrs, ip)
+			}
+		}
+		// The connected route of the cidr, through the interface.
+		routes, err := s.handle.RouteList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range a.IPs {
+			cidr := netip.MustParsePrefix(ip).Masked().String()
+			if !slices.ContainsFunc(routes, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == cidr }) {
+				t.Errorf("pod %s: no route to %s through %s: %v", s.pod.Name, cidr, a.Interface, routes)
 			}
 		}
 		host, err := n.node.LinkByName(cni.HostVethName(s.containerID, a.Interface))

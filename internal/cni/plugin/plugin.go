@@ -371,23 +371,37 @@ func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
 	return nil, false, fmt.Errorf("pod %s/%s: netop has not allocated its addresses yet (the pod's Events say why)", pod.Namespace, pod.Name)
 }
 
+// recorded loads what ADD recorded for the container, and an attacher for
+// the node; ok is false when nothing was recorded, so nothing attached.
+func recorded(args *skel.CmdArgs) (conf *Config, record cni.Record, attacher *cni.Attacher, ok bool, err error) {
+	if conf, err = loadConfig(args.StdinData); err != nil {
+		return nil, record, nil, false, err
+	}
+	if record, ok, err = conf.store().Load(args.ContainerID); err != nil || !ok {
+		return conf, record, nil, false, err
+	}
+	if attacher, err = conf.attacher(); err != nil {
+		return conf, record, nil, false, err
+	}
+	return conf, record, attacher, true, nil
+}
+
+// covers: the configuration is about the recorded interface (a delegate
+// is about its Network's interface it was called for, a chained
+// configuration about all).
+func (c *Config) covers(r cni.RecordedInterface, ifname string) bool {
+	return c.Network == "" || r.Network == c.Network && r.Interface == ifname
+}
+
 func cmdDel(args *skel.CmdArgs) error {
-	conf, err := loadConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	record, ok, err := conf.store().Load(args.ContainerID)
+	conf, record, attacher, ok, err := recorded(args)
 	if err != nil || !ok {
-		return err // nothing recorded: nothing attached
-	}
-	attacher, err := conf.attacher()
-	if err != nil {
 		return err
 	}
 	defer attacher.Close()
 	var gone []netselect.Allocation
 	for _, r := range record.Interfaces {
-		if conf.Network != "" && (r.Network != conf.Network || r.Interface != args.IfName) {
+		if !conf.covers(r, args.IfName) {
 			continue
 		}
 		if err := attacher.Del(args.ContainerID, r.Interface); err != nil {
@@ -400,21 +414,13 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 func cmdCheck(args *skel.CmdArgs) error {
-	conf, err := loadConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	record, ok, err := conf.store().Load(args.ContainerID)
+	conf, record, attacher, ok, err := recorded(args)
 	if err != nil || !ok {
-		return err
-	}
-	attacher, err := conf.attacher()
-	if err != nil {
 		return err
 	}
 	defer attacher.Close()
 	for _, r := range record.Interfaces {
-		if conf.Network != "" && (r.Network != conf.Network || r.Interface != args.IfName) {
+		if !conf.covers(r, args.IfName) {
 			continue
 		}
 		at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: r.Interface, Bridge: r.Bridge}

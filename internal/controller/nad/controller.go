@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -87,7 +87,7 @@ type Controller struct {
 
 // New makes the controller on the Networks' informer and the definitions'
 // (a dynamic informer of Resource); call it before the informers start.
-func New(ctx context.Context, dyn dynamic.Interface, networks samplecrdinformers.NetworkInformer, nads informers.GenericInformer,
+func New(ctx context.Context, dyn dynamic.Interface, networks samplecrdinformers.NetworkInformer, nads kubeinformers.GenericInformer,
 	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{dynamic: dyn, networks: networks.Lister(), nads: nads.Lister(), recorder: recorder, opts: o}
 	var err error
