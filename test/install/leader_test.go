@@ -32,6 +32,7 @@ func TestLeaderElection(t *testing.T) {
 		opts.MetricsAddr = "0"
 		opts.WebhookAddr = "0"
 		opts.InitializeWorkloads = false
+		opts.Namespace = ns // the backend's changes are this test's Networks'
 		opts.OperatorNamespace = operatorNamespace
 		opts.LeaderElect = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 20*time.Second, 15*time.Second, 200*time.Millisecond

@@ -275,3 +275,32 @@ func TestStaticAddress(t *testing.T) {
 		return false, "no AddressRefused Event"
 	})
 }
+
+// A node that goes takes its pods' addresses with it: kube-controller-
+// manager's pod garbage collector deletes the pods bound to a Node that no
+// longer exists (after its quarantine of about 40 s), and their deletion
+// frees the addresses, here the only one of a /30.
+func TestNodeGoneFreesAddresses(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createNetwork(t, env, ns, "one", "10.79.0.0/30") // one address for a pod
+	startController(t, env)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone-" + ns}}
+	if _, err := env.Kube.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "on-gone-node", Annotations: map[string]string{netselect.NetworksAnnotation: "one"}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	held := waitAllocated(t, env, ns, 1)["on-gone-node"][0].IPs[0]
+	createPod(t, env, ns, "waiting", "one")
+	if err := env.Kube.CoreV1().Nodes().Delete(t.Context(), node.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, func(context.Context) (bool, string) {
+		got := allocations(t, env, ns)
+		return len(got) == 1 && len(got["waiting"]) == 1 && got["waiting"][0].IPs[0] == held, fmt.Sprintf("allocations %v", got)
+	})
+}
