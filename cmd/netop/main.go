@@ -7,18 +7,26 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/version"
 )
 
 func main() {
+	// Installed on a node under the plugin's name, netop is its CNI
+	// plugin: one image carries the operator and the plugin.
+	if filepath.Base(os.Args[0]) == plugin.Type {
+		plugin.Main()
+		return
+	}
 	if err := newRootCommand().Execute(); err != nil {
 		os.Exit(1)
 	}

@@ -378,16 +378,24 @@ func asCNIError(err error, target **types.Error) bool {
 	return ok
 }
 
-// VERSION lists the spec versions the plugin speaks.
+// VERSION lists the spec versions the plugin speaks, from cmd/netop-cni
+// and from the operator's binary installed under the plugin's name (one
+// image carries both).
 func TestCNIPluginVersion(t *testing.T) {
-	rt := libcni.NewCNIConfig([]string{buildPlugin(t)}, nil)
-	info, err := rt.GetVersionInfo(t.Context(), plugin.Type)
-	if err != nil {
-		t.Fatal(err)
+	operatorDir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(operatorDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop").CombinedOutput(); err != nil {
+		t.Fatalf("building netop: %v: %s", err, out)
 	}
-	for _, v := range []string{"1.0.0", "1.1.0"} {
-		if !slices.Contains(info.SupportedVersions(), v) {
-			t.Errorf("supported versions %v lack %s", info.SupportedVersions(), v)
+	for _, dir := range []string{buildPlugin(t), operatorDir} {
+		rt := libcni.NewCNIConfig([]string{dir}, nil)
+		info, err := rt.GetVersionInfo(t.Context(), plugin.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"1.0.0", "1.1.0"} {
+			if !slices.Contains(info.SupportedVersions(), v) {
+				t.Errorf("%s: supported versions %v lack %s", dir, info.SupportedVersions(), v)
+			}
 		}
 	}
 }
