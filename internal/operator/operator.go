@@ -141,8 +141,10 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	}
 	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
 		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
+	// Allocation waits on the API server (one PATCH per pod), not on the
+	// CPU: more workers than the controllers that work (BENCHMARKS.md).
 	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V1().Networks(), recorder, op.metrics,
-		podnet.Options{Workers: o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes},
+		podnet.Options{Workers: 4 * o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes},
 			UsageChanged: func(name cache.ObjectName) { op.controller.UsageChanged(name) }})
 	if err != nil {
 		return fail(err)
