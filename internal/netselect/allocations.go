@@ -3,6 +3,7 @@ package netselect
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -47,4 +48,21 @@ func Satisfies(allocations []Allocation, selections []Selection) bool {
 		}
 	}
 	return true
+}
+
+// Holders are the pods that hold addresses of a Network: how many, and
+// some of them by namespace/name.
+type Holders struct {
+	Count int64
+	Pods  []string
+}
+
+// String names them as the InUse condition and admission say it:
+// "3 pods hold addresses of the Network (ns/a, ns/b, ...)".
+func (h Holders) String() string {
+	more := ""
+	if int64(len(h.Pods)) < h.Count {
+		more = ", ..."
+	}
+	return fmt.Sprintf("%d pods hold addresses of the Network (%s%s)", h.Count, strings.Join(h.Pods, ", "), more)
 }

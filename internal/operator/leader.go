@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -22,12 +21,12 @@ const LeaseName = "netop"
 // that the next leader never runs beside them; a lost Lease ends the
 // operator with an error (its Deployment restarts it), as Kubernetes'
 // own controllers do.
-func (op *Operator) lead(ctx context.Context, kube kubernetes.Interface, controllers func(context.Context) error) error {
+func (op *Operator) lead(ctx context.Context, controllers func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	host, _ := os.Hostname()
 	identity := host + "_" + string(uuid.NewUUID())
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, op.opts.OperatorNamespace, LeaseName,
-		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
+		op.kube.CoreV1(), op.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}

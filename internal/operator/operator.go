@@ -269,8 +269,7 @@ func trimPod(obj any) (any, error) {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Annotations: pod.Annotations, DeletionTimestamp: pod.DeletionTimestamp},
-		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+			Annotations: pod.Annotations},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}, nil
 }
@@ -325,7 +324,7 @@ func (op *Operator) Run(ctx context.Context) error {
 		return writers.wait()
 	}
 	if op.opts.LeaderElect {
-		run("leader election", func(ctx context.Context) error { return op.lead(ctx, op.kube, controllers) })
+		run("leader election", func(ctx context.Context) error { return op.lead(ctx, controllers) })
 	} else {
 		op.metrics.Leader.Set(1)
 		run("controllers", controllers)

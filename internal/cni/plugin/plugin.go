@@ -191,12 +191,15 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err := conf.store().Save(record); err != nil {
 		return err
 	}
-	var made []string
+	var made, all []string
+	for _, a := range allocations {
+		all = append(all, a.Interface)
+	}
 	undo := func() {
 		for _, iface := range made {
 			_ = attacher.Del(args.ContainerID, iface)
 		}
-		forget(conf, args.ContainerID, allocations)
+		forget(conf, args.ContainerID, all)
 	}
 	for _, a := range allocations {
 		at, err := attachmentFor(args, a)
@@ -239,10 +242,10 @@ func recordFor(conf *Config, args *skel.CmdArgs, pod string, allocations []netse
 	return record, nil
 }
 
-// forget drops the allocations' interfaces from the container's record, and
-// the record once it has none.
-func forget(conf *Config, containerID string, allocations []netselect.Allocation) {
-	if len(allocations) == 0 {
+// forget drops interfaces from the container's record, and the record once
+// it has none.
+func forget(conf *Config, containerID string, interfaces []string) {
+	if len(interfaces) == 0 {
 		return
 	}
 	record, ok, err := conf.store().Load(containerID)
@@ -250,7 +253,7 @@ func forget(conf *Config, containerID string, allocations []netselect.Allocation
 		return
 	}
 	record.Interfaces = slices.DeleteFunc(record.Interfaces, func(r cni.RecordedInterface) bool {
-		return slices.ContainsFunc(allocations, func(a netselect.Allocation) bool { return a.Interface == r.Interface })
+		return slices.Contains(interfaces, r.Interface)
 	})
 	if len(record.Interfaces) == 0 {
 		_ = conf.store().Remove(containerID)
@@ -259,14 +262,25 @@ func forget(conf *Config, containerID string, allocations []netselect.Allocation
 	_ = conf.store().Save(record)
 }
 
-func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, error) {
-	at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: a.Interface, Bridge: linux.BridgeName(a.NetworkUID)}
-	for _, ip := range a.IPs {
+// prefixes parses addresses as allocations and records write them, with
+// the Network's prefix length.
+func prefixes(ips []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, ip := range ips {
 		p, err := netip.ParsePrefix(ip)
 		if err != nil {
-			return at, fmt.Errorf("allocation on Network %s: address %q: %w", a.Network, ip, err)
+			return nil, fmt.Errorf("address %q: %w", ip, err)
 		}
-		at.Addresses = append(at.Addresses, p)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, error) {
+	at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: a.Interface, Bridge: linux.BridgeName(a.NetworkUID)}
+	var err error
+	if at.Addresses, err = prefixes(a.IPs); err != nil {
+		return at, fmt.Errorf("allocation on Network %s: %w", a.Network, err)
 	}
 	if a.MAC != "" {
 		mac, err := net.ParseMAC(a.MAC)
@@ -278,8 +292,8 @@ func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, 
 	return at, nil
 }
 
-// podAllocations waits until the pod's allocations answer the Networks it
-// declares, and returns them (none if it declares none).
+// podAllocations waits until the pod's allocations are written, and returns
+// them (none if it declares no Networks).
 func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string) ([]netselect.Allocation, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -399,7 +413,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer attacher.Close()
-	var gone []netselect.Allocation
+	var gone []string
 	for _, r := range record.Interfaces {
 		if !conf.covers(r, args.IfName) {
 			continue
@@ -407,7 +421,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		if err := attacher.Del(args.ContainerID, r.Interface); err != nil {
 			return err
 		}
-		gone = append(gone, netselect.Allocation{Interface: r.Interface})
+		gone = append(gone, r.Interface)
 	}
 	forget(conf, args.ContainerID, gone)
 	return nil
@@ -424,12 +438,8 @@ func cmdCheck(args *skel.CmdArgs) error {
 			continue
 		}
 		at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: r.Interface, Bridge: r.Bridge}
-		for _, ip := range r.IPs {
-			p, err := netip.ParsePrefix(ip)
-			if err != nil {
-				return fmt.Errorf("record of %s: %w", args.ContainerID, err)
-			}
-			at.Addresses = append(at.Addresses, p)
+		if at.Addresses, err = prefixes(r.IPs); err != nil {
+			return fmt.Errorf("record of %s: %w", args.ContainerID, err)
 		}
 		if err := attacher.Check(at); err != nil {
 			return fmt.Errorf("Network %s: %w", r.Network, err) //nolint:staticcheck // a Network is a proper noun
@@ -461,7 +471,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	known := map[string]bool{}
 	var errs []error
 	for _, r := range records {
-		var gone []netselect.Allocation
+		var gone []string
 		for _, i := range r.Interfaces {
 			if i.Config != conf.Name || valid[r.ContainerID] {
 				known[i.HostVeth] = true
@@ -472,7 +482,7 @@ func cmdGC(args *skel.CmdArgs) error {
 				known[i.HostVeth] = true
 				continue
 			}
-			gone = append(gone, netselect.Allocation{Interface: i.Interface})
+			gone = append(gone, i.Interface)
 		}
 		forget(conf, r.ContainerID, gone)
 	}

@@ -146,7 +146,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 				"%s %s exists and is not this Network's: netop leaves it alone, and Multus pods asking for %s get what it says", Kind, n.Name, n.Name)
 			return nil
 		}
-		if config, _, _ := unstructured.NestedString(have.Object, "spec", "config"); config == configOf(want) {
+		if configOf(have) == configOf(want) {
 			return nil
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -75,7 +76,7 @@ type AddressUsage interface {
 	Usage(n *samplecrdv1.Network) (allocated int64, available *big.Int, err error)
 	// Retire stops allocations in a Network being deleted and counts the
 	// pods that still hold addresses in it, naming up to limit of them.
-	Retire(n *samplecrdv1.Network, limit int) (held int64, pods []string, err error)
+	Retire(n *samplecrdv1.Network, limit int) (netselect.Holders, error)
 }
 
 // usageDelay coalesces the status writes of address usage: a burst of

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -146,19 +145,16 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		return nil
 	}
 	if c.addresses != nil {
-		held, pods, err := c.addresses.Retire(n, inUseNames)
+		holders, err := c.addresses.Retire(n, inUseNames)
 		if err != nil {
 			return err
 		}
-		if held > 0 {
+		if holders.Count > 0 {
 			// Woken when they free their addresses (UsageChanged).
 			cached := n.DeepCopy()
-			msg := fmt.Sprintf("%d pods hold addresses of the Network (%s); it is deleted once they are gone", held, strings.Join(pods, ", "))
-			if int64(len(pods)) < held {
-				msg = fmt.Sprintf("%d pods hold addresses of the Network (%s, ...); it is deleted once they are gone", held, strings.Join(pods, ", "))
-			}
 			c.setAddresses(ctx, n)
-			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInUse, msg, n.Status.Backend)
+			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInUse,
+				holders.String()+"; it is deleted once they are gone", n.Status.Backend)
 		}
 	}
 	owner := c.owner(n)

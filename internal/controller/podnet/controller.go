@@ -268,7 +268,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return err
 	}
 	for _, a := range allocations {
-		c.changed(networkName(a.Network))
+		c.changed(networkName(a))
 	}
 	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(allocations))
 	logger.V(1).Info("Allocated", "allocations", describe(allocations))
@@ -364,9 +364,10 @@ func describe(allocations []netselect.Allocation) string {
 	return strings.Join(parts, "; ")
 }
 
-func networkName(key string) cache.ObjectName {
-	namespace, name, _ := strings.Cut(key, "/")
-	return cache.ObjectName{Namespace: namespace, Name: name}
+// networkName is the Network of an allocation.
+func networkName(a netselect.Allocation) cache.ObjectName {
+	name, _ := cache.ParseObjectName(a.Network)
+	return name
 }
 
 func ownerKey(uid types.UID, iface string) string { return string(uid) + "/" + iface }
@@ -461,7 +462,7 @@ func (c *Controller) Usage(network *samplecrdv1.Network) (allocated int64, avail
 // Retire stops allocating in a Network that is being deleted, and counts
 // the pods that still hold addresses in it, naming up to limit of them.
 // Both under one lock: once it reports none, none are handed out.
-func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.retired[network.UID] = true
@@ -470,33 +471,33 @@ func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (held int64
 
 // Held counts the pods that hold addresses in a Network, naming up to
 // limit of them.
-func (c *Controller) Held(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+func (c *Controller) Held(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.heldLocked(network, limit)
 }
 
-func (c *Controller) heldLocked(network *samplecrdv1.Network, limit int) (held int64, pods []string, err error) {
+func (c *Controller) heldLocked(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
 	p, err := c.poolLocked(network)
 	if err != nil {
 		// No valid spec, no pool: nothing can have been allocated.
-		return 0, nil, nil //nolint:nilerr
+		return netselect.Holders{}, nil //nolint:nilerr
 	}
 	if p.Allocated() == 0 {
-		return 0, nil, nil
+		return netselect.Holders{}, nil
 	}
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
-		return 0, nil, err
+		return netselect.Holders{}, err
 	}
+	var pods []string
 	for _, obj := range objs {
 		pods = append(pods, cache.MetaObjectToName(obj.(*corev1.Pod)).String())
 	}
 	slices.Sort(pods)
 	// Pods whose allocation is still being written are not in the index
 	// yet, but hold their addresses already.
-	holders := max(int64(len(pods)), min(int64(p.Allocated()), 1))
-	return holders, pods[:min(limit, len(pods))], nil
+	return netselect.Holders{Count: max(int64(len(pods)), min(int64(p.Allocated()), 1)), Pods: pods[:min(limit, len(pods))]}, nil
 }
 
 // adopt records what a pod carries, after a restart or once our own write
@@ -508,8 +509,8 @@ func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselec
 		return
 	}
 	for _, a := range have {
-		namespace, networkName, _ := strings.Cut(a.Network, "/")
-		network, err := c.networks.Networks(namespace).Get(networkName)
+		key := networkName(a)
+		network, err := c.networks.Networks(key.Namespace).Get(key.Name)
 		if err != nil || network.UID != a.NetworkUID {
 			continue
 		}
@@ -528,21 +529,21 @@ func (c *Controller) release(name cache.ObjectName, uid types.UID) {
 	networks := c.releaseLocked(name, uid)
 	c.mu.Unlock()
 	for _, n := range networks {
-		c.wakeNetwork(n)
-		c.changed(networkName(n))
+		c.wakeNetwork(n.String())
+		c.changed(n)
 	}
 }
 
-func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []string {
+func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []cache.ObjectName {
 	h, ok := c.held[name]
 	if !ok || uid != "" && h.uid != uid {
 		return nil
 	}
 	delete(c.held, name)
-	var networks []string
+	var networks []cache.ObjectName
 	for _, a := range h.allocations {
 		c.freeLocked(h.uid, a)
-		networks = append(networks, a.Network)
+		networks = append(networks, networkName(a))
 	}
 	return networks
 }
@@ -583,8 +584,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	// on a new one of the same name. No resourceVersion: the scheduler and
 	// the kubelet change a new pod at the same time, and each change would
 	// cost a conflict and a second write; the annotations are netop's alone,
-	// and a networks annotation changed meanwhile is seen at the next sync,
-	// which allocates anew.
+	// and once written they are the pod's for its life.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         pod.UID,
 		"annotations": map[string]string{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -43,7 +43,7 @@ type Admission struct {
 // AddressHolders counts the pods that hold addresses in a Network (the
 // allocation controller), naming up to limit of them.
 type AddressHolders interface {
-	Held(n *samplecrdv1.Network, limit int) (held int64, pods []string, err error)
+	Held(n *samplecrdv1.Network, limit int) (netselect.Holders, error)
 }
 
 func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
@@ -127,23 +127,18 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, resolved netspec.Res
 	if len(errs) > 0 || was.Prefix == resolved.Prefix && was.Gateway == resolved.Gateway {
 		return nil
 	}
-	held, pods, err := a.Addresses.Held(old, 3)
+	holders, err := a.Addresses.Held(old, 3)
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
 	}
-	if held == 0 {
+	if holders.Count == 0 {
 		return nil
 	}
 	path, value := field.NewPath("spec", "cidr"), old.Spec.CIDR
 	if was.Prefix == resolved.Prefix {
 		path, value = field.NewPath("spec", "gateway"), old.Spec.Gateway
 	}
-	more := ""
-	if int64(len(pods)) < held {
-		more = ", ..."
-	}
-	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%d pods hold addresses of the Network (%s%s): it can change once they are gone (was %q)",
-		held, strings.Join(pods, ", "), more, value))}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
 }
 
 // warnings are about a spec that means something other than it says (host
