@@ -1,6 +1,7 @@
-// Package config embeds the manifests under config/ (the CRD that
-// controller-gen makes from the API types, and the namespace, RBAC and
-// Deployment for running netop in a cluster), so that the binaries can
+// Package config embeds the manifests under config/ (the CRDs that
+// controller-gen makes from the API types, and the namespace, RBAC, the
+// controller Deployment and the agent DaemonSet for running netop in a
+// cluster), so that the binaries can
 // install and print exactly the manifests they were built with.
 package config
 
@@ -31,13 +32,20 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return crds, nil
 }
 
+// DefaultImage is the image the manifests name unless told another.
+const DefaultImage = "ghcr.io/netop-dev/netop:latest"
+
 // All returns every manifest, CRDs first, as one multi-document YAML stream
 // that `kubectl apply -f -` takes: every object after what it needs (the
-// namespace before the Role in it).
-func All() []byte {
+// namespace before the Role in it). The controller and the agent run
+// image; "" means DefaultImage.
+func All(image string) []byte {
 	var out bytes.Buffer
 	for _, dir := range []string{"crd", "namespace", "rbac", "manager"} {
 		for _, doc := range documents(dir) {
+			if image != "" {
+				doc = bytes.ReplaceAll(doc, []byte("image: "+DefaultImage), []byte("image: "+image))
+			}
 			out.WriteString("---\n")
 			out.Write(bytes.TrimSpace(doc))
 			out.WriteString("\n")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
@@ -42,34 +43,50 @@ func newRootCommand() *cobra.Command {
 	logOpts := logging.NewOptions()
 	logOpts.AddFlags(root.PersistentFlags())
 
-	root.AddCommand(newRunCommand(logOpts), &cobra.Command{
-		Use:   "version",
-		Short: "Print netop's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
-			return err
-		},
-	}, &cobra.Command{
-		Use:   "manifests",
-		Short: "Print the CRD, RBAC and Deployment manifests, for kubectl apply -f -",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			_, _ = cmd.OutOrStdout().Write(config.All())
-		},
-	})
+	root.AddCommand(
+		newRunCommand(logOpts, operator.RoleAll, "run", "Run all of netop in one process: controllers, webhooks and the bridges of the node it runs on"),
+		newRunCommand(logOpts, operator.RoleController, "controller", "Run the cluster-wide controller: Network status, admission webhooks, address allocation, Neutron; the bridges are the agents'"),
+		newRunCommand(logOpts, operator.RoleAgent, "agent", "Run the node agent: this node's bridges, their repair and sweeping, and its report to the controller"),
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print netop's version",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
+				return err
+			},
+		}, newManifestsCommand())
 	return root
 }
 
-func newRunCommand(logOpts *logging.Options) *cobra.Command {
+func newManifestsCommand() *cobra.Command {
+	image := config.DefaultImage
+	cmd := &cobra.Command{
+		Use:   "manifests",
+		Short: "Print the manifests that install netop on a cluster, for kubectl apply -f -: CRDs, RBAC, the controller Deployment and the agent DaemonSet",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := name.ParseReference(image, name.StrictValidation); err != nil {
+				return fmt.Errorf("--image %q: %w", image, err)
+			}
+			_, err := cmd.OutOrStdout().Write(config.All(image))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&image, "image", image, "The netop image the controller and the agents run, as `make image` prints it.")
+	return cmd
+}
+
+func newRunCommand(logOpts *logging.Options, role operator.Role, use, short string) *cobra.Command {
 	clientFlags := &operator.ClientConfigFlags{}
 	opts := operator.NewOptions()
-	// In a cluster there may be several replicas, as Kubernetes' own
-	// controllers default to.
-	opts.LeaderElect = true
+	opts.Role = role
+	// A controller may have several replicas, as Kubernetes' own
+	// controllers default to; there is one agent per node.
+	opts.LeaderElect = role != operator.RoleAgent
 	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run the operator against a cluster",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logOpts.Apply()
@@ -88,5 +105,8 @@ func newRunCommand(logOpts *logging.Options) *cobra.Command {
 	}
 	clientFlags.AddFlags(cmd.Flags())
 	opts.AddFlags(cmd.Flags())
+	if role == operator.RoleAgent {
+		opts.AddAgentFlags(cmd.Flags())
+	}
 	return cmd
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -30,7 +31,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/agent"
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/agents"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/controller/nad"
@@ -68,6 +71,10 @@ type Operator struct {
 	// it reads.
 	pods   kubeinformers.SharedInformerFactory
 	podnet *podnet.Controller
+	// report is the agent's report on its node (agent role only).
+	report *agent.Report
+	// cluster is the cluster identity recorded on backend networks.
+	cluster string
 	// nads is the NetworkAttachmentDefinitions' cache, where Multus is.
 	nads      dynamicinformer.DynamicSharedInformerFactory
 	nadKeep   *nad.Controller
@@ -112,8 +119,11 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	if err != nil {
 		return nil, err
 	}
+	op.cluster = cluster
 	if be == nil {
-		if be, op.close, err = NewBackend(ctx, o); err != nil {
+		if o.Role == RoleController && o.Backend == string(samplecrdv1.BackendLinux) {
+			be = agents.Backend{}
+		} else if be, op.close, err = NewBackend(ctx, o); err != nil {
 			return nil, err
 		}
 	}
@@ -139,6 +149,12 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.close()
 		return nil, err
 	}
+	if o.Role == RoleAgent {
+		if err := op.newAgent(ctx, client, cluster, recorder); err != nil {
+			return fail(err)
+		}
+		return op, nil
+	}
 	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
 		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
 	// Allocation waits on the API server (one PATCH per pod), not on the
@@ -150,9 +166,21 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return fail(err)
 	}
 
+	var nodes network.NodeReadiness
+	if _, fleet := be.(agents.Backend); fleet {
+		// The agents' pods are seen where the pod cache covers their
+		// namespace.
+		var agentPods coreinformers.PodInformer
+		if o.Namespace == "" || o.Namespace == o.OperatorNamespace {
+			agentPods = op.pods.Core().V1().Pods()
+		}
+		if nodes, err = network.NewNodeReports(op.factory.Netop().V1alpha1().NetworkNodes(), agentPods, o.OperatorNamespace); err != nil {
+			return fail(err)
+		}
+	}
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
-			Addresses: op.podnet})
+			Addresses: op.podnet, Nodes: nodes})
 	if err != nil {
 		return fail(err)
 	}
@@ -183,6 +211,57 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	}
 	return op, nil
 }
+
+// newAgent configures the node agent: the Network controller building the
+// node's bridges and reporting them in the node's NetworkNode. It writes
+// no Network, serves no webhook and needs no leader: each node has one.
+func (op *Operator) newAgent(ctx context.Context, client versioned.Interface, cluster string, recorder record.EventRecorder) error {
+	o := op.opts
+	op.report = agent.NewReport(client, op.kube, o.NodeName, o.AgentPod, reportDelay)
+	if err := op.report.Load(ctx); err != nil {
+		return err
+	}
+	var err error
+	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
+		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
+			Report: op.report})
+	return err
+}
+
+// errNodeRemoved ends an agent whose Node was deleted.
+var errNodeRemoved = errors.New("the node was removed from the cluster")
+
+// removeNodeNetworks removes this cluster's backend networks from the
+// node of an agent whose Node was deleted: the node left the cluster, and
+// nothing would ever sweep them. Other clusters' networks stay.
+func (op *Operator) removeNodeNetworks(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	owned, err := op.backend.ListOwned(ctx)
+	if err != nil {
+		return fmt.Errorf("node removed: listing its networks: %w", err)
+	}
+	var errs []error
+	removed := 0
+	for _, o := range owned {
+		if o.Cluster != op.cluster {
+			continue
+		}
+		if err := op.backend.Delete(ctx, o.Owner, &o.Status); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	logger.Info("Node removed from the cluster: removed its networks", "node", op.opts.NodeName, "removed", removed)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node removed: removing its networks: %w", err)
+	}
+	return nil
+}
+
+// reportDelay coalesces an agent's report writes: a burst of Networks
+// costs one write.
+const reportDelay = time.Second
 
 // newNADController keeps a NetworkAttachmentDefinition per Network where
 // the cluster serves them (Multus is installed); nil elsewhere.
@@ -260,18 +339,25 @@ func dropManagedFields(obj any) (any, error) {
 }
 
 // trimPod keeps of a pod what the address allocation reads (identity,
-// annotations, phase): a cluster's pods are most of its objects, and their
+// annotations, phase) and its Ready condition, which says whether a node
+// agent's pod works: a cluster's pods are most of its objects, and their
 // specs and statuses most of their size.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return dropManagedFields(obj)
 	}
-	return &corev1.Pod{
+	trimmed := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Annotations: pod.Annotations},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
-	}, nil
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			trimmed.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return trimmed, nil
 }
 
 // Metrics returns the operator's metrics.
@@ -287,12 +373,16 @@ func (op *Operator) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting netop", "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
 
+	parent := ctx
 	all, ctx := newComponents(ctx)
 	run := all.run
 	factories := []interface {
 		Start(<-chan struct{})
 		Shutdown()
-	}{op.factory, op.kubeFactory, op.templates, op.pods}
+	}{op.factory}
+	if op.opts.Role != RoleAgent {
+		factories = append(factories, op.kubeFactory, op.templates, op.pods)
+	}
 	if op.nads != nil {
 		factories = append(factories, op.nads)
 	}
@@ -304,9 +394,30 @@ func (op *Operator) Run(ctx context.Context) error {
 	if op.opts.metricsEnabled() {
 		run("metrics server", op.serveMetrics)
 	}
-	if op.admission != nil {
+	switch {
+	case op.report != nil:
+		// An agent: no webhooks, no leader, its own node's report.
+		run("node report", op.report.Run)
+		run("network controller", op.controller.Run)
+		run("node removal watch", func(ctx context.Context) error {
+			removed, err := agent.WaitNodeRemoved(ctx, op.kube, op.opts.NodeName)
+			if removed {
+				return errNodeRemoved
+			}
+			return err
+		})
+		err := all.wait()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+		if errors.Is(err, errNodeRemoved) {
+			err = op.removeNodeNetworks(parent)
+		}
+		logger.Info("Stopped netop agent")
+		return err
+	case op.admission != nil:
 		run("admission webhooks", func(ctx context.Context) error { return op.admission.run(ctx, synced) })
-	} else {
+	default:
 		run("admission webhooks removal", op.removeWebhooks)
 	}
 	// The writers: on one replica at a time when replicas elect a leader.
@@ -370,12 +481,11 @@ func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) erro
 		return nil // stopped
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())
-	for _, informers := range []map[reflect.Type]bool{
-		op.factory.WaitForCacheSync(ctx.Done()),
-		op.kubeFactory.WaitForCacheSync(ctx.Done()),
-		op.templates.WaitForCacheSync(ctx.Done()),
-		op.pods.WaitForCacheSync(ctx.Done()),
-	} {
+	waits := []map[reflect.Type]bool{op.factory.WaitForCacheSync(ctx.Done())}
+	if op.opts.Role != RoleAgent {
+		waits = append(waits, op.kubeFactory.WaitForCacheSync(ctx.Done()), op.templates.WaitForCacheSync(ctx.Done()), op.pods.WaitForCacheSync(ctx.Done()))
+	}
+	for _, informers := range waits {
 		for _, ok := range informers {
 			if !ok {
 				return nil // stopped

@@ -19,8 +19,31 @@ import (
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
+// Role is what part of netop a process runs.
+type Role string
+
+const (
+	// RoleAll runs everything in one process: the controllers, the
+	// webhooks, and the backend networks (the standalone, `netop run`).
+	RoleAll Role = "all"
+	// RoleController runs what is cluster-wide: the Networks' status and
+	// finalizers, admission, address allocation, the workload
+	// initializer, Neutron. With the linux backend the bridges are the
+	// agents' (`netop controller`).
+	RoleController Role = "controller"
+	// RoleAgent runs one node's part: its bridges, their drift repair and
+	// sweeping, and the node's report (`netop agent`).
+	RoleAgent Role = "agent"
+)
+
 // Options are the operator's settings, each a command-line flag.
 type Options struct {
+	// Role is set by the command, not by a flag.
+	Role Role
+	// NodeName is the agent's node; AgentPod its pod, if it runs in one.
+	NodeName string
+	AgentPod string
+
 	// QPS and Burst limit the operator's API requests. client-go's defaults
 	// (5 and 10) would make 2,000 status writes take 400 s.
 	QPS   float32
@@ -107,6 +130,9 @@ type Options struct {
 // NewOptions returns the defaults for an operator in a cluster.
 func NewOptions() *Options {
 	return &Options{
+		Role:        RoleAll,
+		NodeName:    os.Getenv("NODE_NAME"),
+		AgentPod:    os.Getenv("POD_NAME"),
 		QPS:         100,
 		Burst:       200,
 		Workers:     4,
@@ -174,9 +200,20 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 }
 
+// AddAgentFlags registers the agent's own options on fs.
+func (o *Options) AddAgentFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent runs on, as its Node object is named. Defaults to $NODE_NAME (the downward API's spec.nodeName).")
+}
+
 // Validate checks the options.
 func (o *Options) Validate() error {
 	switch {
+	case o.Role != RoleAll && o.Role != RoleController && o.Role != RoleAgent:
+		return fmt.Errorf("unknown role %q", o.Role)
+	case o.Role == RoleAgent && o.NodeName == "":
+		return fmt.Errorf("--node-name (or $NODE_NAME) is required: the agent reports on its node")
+	case o.Role == RoleAgent && o.Backend != string(samplecrdv1.BackendLinux):
+		return fmt.Errorf("--backend %q: the agent builds linux bridges; Neutron networks are the controller's", o.Backend)
 	case o.QPS <= 0:
 		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.QPS)
 	case o.Burst < 1:

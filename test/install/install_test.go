@@ -62,7 +62,7 @@ func apply(ctx context.Context, env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	for doc := range bytes.SplitSeq(config.All(), []byte("---\n")) {
+	for doc := range bytes.SplitSeq(config.All(""), []byte("---\n")) {
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}

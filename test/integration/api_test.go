@@ -245,7 +245,7 @@ func TestPrinterColumnsAndShortName(t *testing.T) {
 			columns = append(columns, strings.ToUpper(c.Name))
 		}
 	}
-	if got, want := strings.Join(columns, " "), "NAME CIDR GATEWAY READY ALLOCATED AGE"; got != want {
+	if got, want := strings.Join(columns, " "), "NAME CIDR GATEWAY READY NODES ALLOCATED AGE"; got != want {
 		t.Fatalf("columns = %q, want %q", got, want)
 	}
 	if len(table.Rows) != 1 || table.Rows[0].Cells[1] != "10.1.0.0/16" || table.Rows[0].Cells[2] != "10.1.0.1" {

@@ -67,6 +67,13 @@ type Options struct {
 	// counts go into status, and a Network whose addresses pods hold is
 	// not deleted until they are gone.
 	Addresses AddressUsage
+	// Report, if set, makes the controller its node's agent: it builds
+	// the node's backend networks and reports them there, and writes no
+	// Network (no status, no finalizer).
+	Report Reporter
+	// Nodes, if set, makes the controller that of a cluster whose nodes
+	// run agents: a Network is Ready once ready on every node.
+	Nodes NodeReadiness
 }
 
 // AddressUsage is how pods use Networks' addresses: the allocation
@@ -103,6 +110,12 @@ type Controller struct {
 	written sync.Map
 	// addresses is Options.Addresses.
 	addresses AddressUsage
+	// report is Options.Report, nodes Options.Nodes.
+	report Reporter
+	nodes  NodeReadiness
+	// gone holds, by name, the UIDs of Networks deleted, until an agent
+	// removed their backend networks.
+	gone sync.Map
 }
 
 // UsageChanged tells the controller that pods took or freed addresses of
@@ -134,6 +147,11 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		cluster:  opts.Cluster,
 
 		addresses: opts.Addresses,
+		report:    opts.Report,
+		nodes:     opts.Nodes,
+	}
+	if c.nodes != nil {
+		c.nodes.OnChange(c.nodesChanged)
 	}
 	var err error
 	c.Controller, err = runner.New(runner.Options{
@@ -153,7 +171,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			// At start every Network arrives as an Add. Those that were
 			// converged are checked in bulk by the first resync, with one
 			// backend list, instead of one backend round trip each.
-			if converged(n) {
+			if c.converged(n) {
 				return
 			}
 			c.Enqueue(obj)
@@ -172,6 +190,9 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			}
 			if ok {
 				c.written.Delete(n.UID)
+				if c.agent() {
+					c.gone.Store(cache.MetaObjectToName(n), n.UID)
+				}
 				// Its finalizer removed its backend network, or someone
 				// removed the finalizer: either way nothing waits for it.
 				c.enqueueEntries(c.arbiter.Withdraw(n.UID))
@@ -217,9 +238,12 @@ func needsReconcile(old, cur *samplecrdv1.Network) bool {
 		cur.Status.ObservedGeneration != cur.Generation
 }
 
-// converged reports whether n's status says its backend network matched its
-// current spec.
-func converged(n *samplecrdv1.Network) bool {
+// converged reports whether n's status (an agent: its node's report) says
+// its backend network matched its current spec.
+func (c *Controller) converged(n *samplecrdv1.Network) bool {
+	if c.agent() {
+		return n.DeletionTimestamp == nil && c.report.ReadyAt(n.UID) == n.Generation
+	}
 	return n.DeletionTimestamp == nil && n.Status.Backend != nil &&
 		n.Status.ObservedGeneration == n.Generation &&
 		slices.Contains(n.Finalizers, samplecrdv1.Finalizer) &&
@@ -324,9 +348,4 @@ func (c *Controller) enqueueAll() {
 	for _, obj := range c.indexer.List() {
 		c.Enqueue(obj)
 	}
-}
-
-// eventf records an Event on the Network.
-func (c *Controller) eventf(n *samplecrdv1.Network, eventType, reason, format string, args ...any) {
-	c.recorder.Eventf(n, eventType, reason, format, args...)
 }

@@ -58,9 +58,12 @@ func (c *Controller) resync(ctx context.Context) {
 		}
 		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeSwept).Inc()
 	}
+	if c.agent() {
+		c.report.Retain(func(uid types.UID) bool { _, ok := c.nameForUID(uid); return ok })
+	}
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv1.Network)
-		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) {
+		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) && c.nodesInSync(n) {
 			continue
 		}
 		logger.V(2).Info("Backend network differs from the Network; reconciling", "network", klog.KObj(n), "observed", observed[n.UID], "status", n.Status.Backend)
@@ -82,8 +85,15 @@ func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backe
 		return !ok && !c.arbiter.Present(n.UID) && n.Status.Backend == nil
 	}
 	// A record without the cluster is adopted by the sync rewriting it.
-	return ok && o.Cluster == c.cluster && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway &&
-		n.Status.Backend != nil && *n.Status.Backend == o.Status
+	built := ok && o.Cluster == c.cluster && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway
+	if c.agent() {
+		return built && c.report.ReadyAt(n.UID) == n.Generation
+	}
+	if c.nodes != nil {
+		// The agents build; only the status is this controller's.
+		return n.Status.Backend != nil && n.Status.ObservedGeneration == n.Generation
+	}
+	return built && n.Status.Backend != nil && *n.Status.Backend == o.Status
 }
 
 // liveNetworkExists asks the API server whether the owner still exists, for

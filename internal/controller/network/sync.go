@@ -32,6 +32,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 
 	cached, err := c.lister.Networks(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
+		if c.agent() {
+			return c.removeGone(ctx, name)
+		}
 		// Gone: the finalizer made sure its backend network went first.
 		// Anything left over is the sweeper's.
 		return nil
@@ -43,9 +46,14 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	n := cached.DeepCopy()
 
 	if n.DeletionTimestamp != nil {
+		if c.agent() {
+			// Pods may still use it: the bridge goes once the Network is
+			// gone, which the controller's finalizer holds until they are.
+			return nil
+		}
 		return c.finalize(ctx, n)
 	}
-	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+	if !c.agent() && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		// The admission webhook adds it at creation; this covers Networks
 		// made while it was not there.
 		if n, err = c.patchFinalizers(ctx, n, append(slices.Clone(n.Finalizers), samplecrdv1.Finalizer)); err != nil {
@@ -110,8 +118,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	c.setAddresses(ctx, n)
 	n.Status.CIDR = resolved.Prefix.String()
 	n.Status.Gateway = resolved.Gateway.String()
-	msg := fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
-	return c.updateStatus(ctx, cached, n, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, msg, &res.Status)
+	ready, reason, msg := c.setNodes(n, fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway))
+	return c.updateStatus(ctx, cached, n, ready, reason, msg, &res.Status)
 }
 
 // yield makes sure n, which overlaps the older Network winner, has no
@@ -231,6 +239,10 @@ func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv1.Network
 // a Network that is already right costs no write.
 func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Network, ready metav1.ConditionStatus,
 	reason, message string, backendStatus *samplecrdv1.NetworkBackendStatus) error {
+	if c.agent() {
+		c.reportOutcome(n, ready, reason, message)
+		return nil
+	}
 	n.Status.ObservedGeneration = n.Generation
 	n.Status.Backend = backendStatus
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{

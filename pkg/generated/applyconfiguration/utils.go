@@ -19,8 +19,10 @@ limitations under the License.
 package applyconfiguration
 
 import (
+	v1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	internal "github.com/netop-dev/netop/pkg/generated/applyconfiguration/internal"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -31,13 +33,23 @@ import (
 // apply configuration type exists for the given GroupVersionKind.
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
-	// Group=samplecrd.k8s.io, Version=v1
+	// Group=netop.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNode"):
+		return &netopv1alpha1.NetworkNodeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNodeFailure"):
+		return &netopv1alpha1.NetworkNodeFailureApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNodeStatus"):
+		return &netopv1alpha1.NetworkNodeStatusApplyConfiguration{}
+
+		// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithKind("Network"):
 		return &samplecrdv1.NetworkApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkAddresses"):
 		return &samplecrdv1.NetworkAddressesApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkBackendStatus"):
 		return &samplecrdv1.NetworkBackendStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NetworkNodes"):
+		return &samplecrdv1.NetworkNodesApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkSpec"):
 		return &samplecrdv1.NetworkSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkStatus"):

@@ -13,6 +13,7 @@ import (
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`,description="The address range of the network."
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,description="The gateway address."
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes running netop's agent (R/T)."
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.addresses.allocated`,description="Addresses held by pods."
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.addresses.available`,priority=1,description="Addresses left for pods."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
@@ -88,7 +89,8 @@ type NetworkStatus struct {
 
 	// conditions describe the network's state. The Ready condition is True
 	// when the backend network matches the spec; its reason is one of
-	// Provisioned, BackendError, Invalid, Overlap, InUse or Deleting.
+	// Provisioned, NodesNotReady, BackendError, Invalid, Overlap, InUse or
+	// Deleting.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -109,6 +111,12 @@ type NetworkStatus struct {
 	// +optional
 	Backend *NetworkBackendStatus `json:"backend,omitempty"`
 
+	// nodes counts the nodes where the network is ready, when netop runs
+	// an agent on every node (netop controller and netop agent); the
+	// Ready condition names the nodes that lag, and why.
+	// +optional
+	Nodes *NetworkNodes `json:"nodes,omitempty"`
+
 	// addresses is how pods use the network's addresses. It is updated
 	// at most about once a second, not on every pod.
 	// +optional
@@ -125,6 +133,22 @@ type NetworkAddresses struct {
 	// in decimal: an IPv6 network has more than an integer field holds.
 	// +required
 	Available string `json:"available"`
+}
+
+// NetworkNodes counts the nodes where a Network is ready.
+type NetworkNodes struct {
+	// ready is the number of nodes whose agent has the network ready at
+	// the Network's current generation.
+	// +required
+	Ready int32 `json:"ready"`
+
+	// total is the number of nodes that run netop's agent.
+	// +required
+	Total int32 `json:"total"`
+
+	// summary is "ready/total", as kubectl get shows it.
+	// +required
+	Summary string `json:"summary"`
 }
 
 // NetworkBackendStatus records which backend network belongs to a Network.
@@ -162,6 +186,9 @@ const (
 	ReasonInUse = "InUse"
 	// ReasonDeleting: the Network is being deleted and its backend network removed.
 	ReasonDeleting = "Deleting"
+	// ReasonNodesNotReady: the network is not yet ready on every node
+	// that runs netop's agent; the message names the nodes that lag.
+	ReasonNodesNotReady = "NodesNotReady"
 	// ReasonOverlap: the cidr overlaps an older Network, which is the one
 	// built; this one has no backend network until that one goes or moves.
 	ReasonOverlap = "Overlap"

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
@@ -30,13 +31,20 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface
 	SamplecrdV1() samplecrdv1.SamplecrdV1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	samplecrdV1 *samplecrdv1.SamplecrdV1Client
+	netopV1alpha1 *netopv1alpha1.NetopV1alpha1Client
+	samplecrdV1   *samplecrdv1.SamplecrdV1Client
+}
+
+// NetopV1alpha1 retrieves the NetopV1alpha1Client
+func (c *Clientset) NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface {
+	return c.netopV1alpha1
 }
 
 // SamplecrdV1 retrieves the SamplecrdV1Client
@@ -88,6 +96,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.netopV1alpha1, err = netopv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.samplecrdV1, err = samplecrdv1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -113,6 +125,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.netopV1alpha1 = netopv1alpha1.New(c)
 	cs.samplecrdV1 = samplecrdv1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)

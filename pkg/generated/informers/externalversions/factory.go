@@ -26,6 +26,7 @@ import (
 
 	versioned "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	internalinterfaces "github.com/netop-dev/netop/pkg/generated/informers/externalversions/internalinterfaces"
+	netop "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop"
 	samplecrd "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -325,7 +326,12 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Netop() netop.Interface
 	Samplecrd() samplecrd.Interface
+}
+
+func (f *sharedInformerFactory) Netop() netop.Interface {
+	return netop.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Samplecrd() samplecrd.Interface {

@@ -21,6 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
+	v1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
@@ -52,7 +53,11 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=samplecrd.k8s.io, Version=v1
+	// Group=netop.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("networknodes"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Netop().V1alpha1().NetworkNodes().Informer()}, nil
+
+		// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("networks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Samplecrd().V1().Networks().Informer()}, nil
 

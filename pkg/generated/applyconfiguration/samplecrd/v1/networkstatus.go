@@ -33,7 +33,8 @@ type NetworkStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions describe the network's state. The Ready condition is True
 	// when the backend network matches the spec; its reason is one of
-	// Provisioned, BackendError, Invalid, Overlap, InUse or Deleting.
+	// Provisioned, NodesNotReady, BackendError, Invalid, Overlap, InUse or
+	// Deleting.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// cidr is the canonical form of spec.cidr that the backend uses.
 	CIDR *string `json:"cidr,omitempty"`
@@ -42,6 +43,10 @@ type NetworkStatusApplyConfiguration struct {
 	// backend identifies the backend network, so that netop finds and
 	// deletes exactly that network again.
 	Backend *NetworkBackendStatusApplyConfiguration `json:"backend,omitempty"`
+	// nodes counts the nodes where the network is ready, when netop runs
+	// an agent on every node (netop controller and netop agent); the
+	// Ready condition names the nodes that lag, and why.
+	Nodes *NetworkNodesApplyConfiguration `json:"nodes,omitempty"`
 	// addresses is how pods use the network's addresses. It is updated
 	// at most about once a second, not on every pod.
 	Addresses *NetworkAddressesApplyConfiguration `json:"addresses,omitempty"`
@@ -95,6 +100,14 @@ func (b *NetworkStatusApplyConfiguration) WithGateway(value string) *NetworkStat
 // If called multiple times, the Backend field is set to the value of the last call.
 func (b *NetworkStatusApplyConfiguration) WithBackend(value *NetworkBackendStatusApplyConfiguration) *NetworkStatusApplyConfiguration {
 	b.Backend = value
+	return b
+}
+
+// WithNodes sets the Nodes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Nodes field is set to the value of the last call.
+func (b *NetworkStatusApplyConfiguration) WithNodes(value *NetworkNodesApplyConfiguration) *NetworkStatusApplyConfiguration {
+	b.Nodes = value
 	return b
 }
 

@@ -21,6 +21,8 @@ package fake
 import (
 	applyconfiguration "github.com/netop-dev/netop/pkg/generated/applyconfiguration"
 	clientset "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
+	fakenetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1/fake"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	fakesamplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +137,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// NetopV1alpha1 retrieves the NetopV1alpha1Client
+func (c *Clientset) NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface {
+	return &fakenetopv1alpha1.FakeNetopV1alpha1{Fake: &c.Fake}
+}
 
 // SamplecrdV1 retrieves the SamplecrdV1Client
 func (c *Clientset) SamplecrdV1() samplecrdv1.SamplecrdV1Interface {

@@ -19,6 +19,7 @@ limitations under the License.
 package scheme
 
 import (
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
+	netopv1alpha1.AddToScheme,
 	samplecrdv1.AddToScheme,
 }
 
