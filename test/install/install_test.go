@@ -105,10 +105,7 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		mwc = "mutatingwebhookconfigurations"
 		reg = "admissionregistration.k8s.io"
 	)
-	for _, tc := range []struct {
-		allowed                                bool
-		verb, group, resource, namespace, name string
-	}{
+	wantAccess(t, env, serviceAccount, []access{
 		// The serving certificate, in netop's namespace only.
 		{true, "get", "", "secrets", operatorNamespace, "netop-webhook-cert"},
 		{true, "update", "", "secrets", operatorNamespace, "netop-webhook-cert"},
@@ -161,12 +158,50 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{true, "patch", "k8s.cni.cncf.io", "network-attachment-definitions", "default", "n"},
 		{true, "watch", "k8s.cni.cncf.io", "network-attachment-definitions", "", ""},
 		{false, "delete", "k8s.cni.cncf.io", "network-attachment-definitions", "default", "n"},
-	} {
+		// The agents' reports: read, never written.
+		{true, "watch", "netop.dev", "networknodes", "", ""},
+		{false, "update", "netop.dev", "networknodes/status", "", "n"},
+	})
+}
+
+// The agents' service account reads Networks and Nodes and writes its
+// node's report; it writes no Network, no pod, no Node and no Secret.
+func TestAgentRBACIsLeastPrivilege(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	wantAccess(t, env, agentServiceAccount, []access{
+		{true, "watch", "samplecrd.k8s.io", "networks", "", ""},
+		{false, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
+		{false, "update", "samplecrd.k8s.io", "networks/status", "default", "n"},
+		{true, "create", "netop.dev", "networknodes", "", ""},
+		{true, "update", "netop.dev", "networknodes/status", "", "node-a"},
+		{false, "delete", "netop.dev", "networknodes", "", "node-a"},
+		{true, "watch", "", "nodes", "", ""},
+		{false, "patch", "", "nodes", "", "node-a"},
+		{true, "get", "", "namespaces", "", "kube-system"},
+		{false, "get", "", "namespaces", "", "default"},
+		{false, "list", "", "pods", "", ""},
+		{false, "get", "", "secrets", operatorNamespace, "netop-webhook-cert"},
+		{false, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
+	})
+}
+
+// access is one SubjectAccessReview and its expected answer.
+type access struct {
+	allowed                                bool
+	verb, group, resource, namespace, name string
+}
+
+// wantAccess asks the API server's authorizer about each case for user.
+func wantAccess(t *testing.T, env *testenv.Env, user string, cases []access) {
+	t.Helper()
+	for _, tc := range cases {
+		resource, subresource, _ := strings.Cut(tc.resource, "/")
 		sar, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: serviceAccount, Groups: serviceAccountGroups,
+				User: user, Groups: serviceAccountGroups,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Verb: tc.verb, Group: tc.group, Resource: tc.resource, Namespace: tc.namespace, Name: tc.name,
+					Verb: tc.verb, Group: tc.group, Resource: resource, Subresource: subresource, Namespace: tc.namespace, Name: tc.name,
 				},
 			},
 		}, metav1.CreateOptions{})
@@ -174,7 +209,7 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 			t.Fatal(err)
 		}
 		if sar.Status.Allowed != tc.allowed {
-			t.Errorf("%s %s %q in namespace %q: allowed = %v, want %v (%s)", tc.verb, tc.resource, tc.name, tc.namespace,
+			t.Errorf("%s: %s %s %q in namespace %q: allowed = %v, want %v (%s)", user, tc.verb, tc.resource, tc.name, tc.namespace,
 				sar.Status.Allowed, tc.allowed, sar.Status.Reason)
 		}
 	}

@@ -175,7 +175,9 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 		}
 		return fmt.Errorf("deleting backend network: %w", err)
 	}
-	c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
+	if c.nodes == nil { // with agents, each removes its own bridge
+		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
+	}
 	c.enqueueEntries(c.arbiter.Release(n.UID))
 	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
 	klog.FromContext(ctx).Info("Backend network deleted")
