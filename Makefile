@@ -13,10 +13,11 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-standalone ./cmd/netop-standalone
 
 # netop's container image, built here without a registry or a container
-# engine (see hack/image), into the default standalone data directory's
-# images/, which netop-standalone serves to its node.
+# engine (see hack/image), as an image tarball that containerd imports and
+# netop-standalone serves to its nodes (--image-archive); the last line
+# printed is the image's reference, for netop manifests --image.
 IMAGE ?= netop.local/netop:$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-IMAGE_OUT ?= .netop/images/netop.tar
+IMAGE_OUT ?= bin/netop-image.tar
 image:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-static ./cmd/netop
 	$(GO) run ./hack/image --binary bin/netop-static --tag $(IMAGE) --out $(IMAGE_OUT)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
@@ -90,14 +92,20 @@ func newCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	cmd.Flags().BoolVar(&nodeOpts.enabled, "node", true, "Run a node (containerd and a kubelet) so that pods run. Where it cannot run, the standalone says what is missing and runs without one.")
 	cmd.Flags().StringVar(&nodeOpts.name, "node-name", strings.ToLower(hostname), "Name of the node.")
+	cmd.Flags().StringSliceVar(&nodeOpts.archives, "image-archive", nil, "Image tarballs (such as `make image` writes to bin/netop-image.tar) the node serves as if pulled from their registries; repeatable. Tarballs in DIR/images are served too.")
+	cmd.Flags().BoolVar(&nodeOpts.operator, "operator", true, "Run netop's operator in this process. Off, the cluster is bare, to install netop as on any cluster: netop manifests --image REF | kubectl apply -f -.")
 	logOpts.AddFlags(cmd.Flags())
 	opts.AddFlags(cmd.Flags())
 	return cmd
 }
 
 type nodeOptions struct {
-	enabled bool
-	name    string
+	enabled  bool
+	name     string
+	archives []string
+	// operator runs netop's operator in this process; off, netop is
+	// installed like on any cluster (netop manifests).
+	operator bool
 }
 
 func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, nodeOpts nodeOptions, opts *operator.Options) error {
@@ -117,11 +125,20 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	}
 	// The backend first: missing privileges should stop us before the
 	// control plane starts, not after.
-	be, closeBackend, err := operator.NewBackend(ctx, opts)
-	if err != nil {
-		return err
+	var be backend.Backend
+	if nodeOpts.operator {
+		var closeBackend func()
+		var err error
+		if be, closeBackend, err = operator.NewBackend(ctx, opts); err != nil {
+			return err
+		}
+		defer closeBackend()
+	} else if opts.Netns != "" {
+		// The node's pod bridge lives there, made by the backend otherwise.
+		if err := linux.EnsureNetns(opts.Netns); err != nil {
+			return err
+		}
 	}
-	defer closeBackend()
 	cpConfig := controlplane.Config{DataDir: dataDir, APIServerPort: port}
 	if nodeOpts.enabled {
 		cpConfig.NodeName = nodeOpts.name
@@ -158,6 +175,11 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath); err != nil {
 		return fmt.Errorf("printing the kubeconfig line: %w", err)
 	}
+	if !nodeOpts.operator {
+		logger.Info("Running without netop's operator: install it with netop manifests")
+		<-ctx.Done()
+		return nil
+	}
 	op, err := operator.New(ctx, cp.AdminConfig(), opts, be)
 	if err != nil {
 		return err
@@ -173,7 +195,7 @@ func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions
 		return nil, fmt.Errorf("finding this program to run the kubelet: %w", err)
 	}
 	n, err := node.Start(ctx, node.Config{DataDir: cp.DataDir, Name: o.name, Kubeconfig: cp.NodeKubeconfigPath,
-		ClientCAFile: cp.CACertPath, Netns: netns, Executable: self})
+		ClientCAFile: cp.CACertPath, Netns: netns, Executable: self, ImageArchives: o.archives})
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,8 @@
 // container engine (`make image`): the static netop binary, CA
 // certificates for Neutron over HTTPS, and a passwd naming the nonroot
 // user it runs as, in one layer, written as an image tarball that `docker
-// load`, `ctr images import` and netop-standalone (from DATA_DIR/images/)
-// read.
+// load`, `ctr images import` and netop-standalone (--image-archive, or
+// from DATA_DIR/images/) read.
 package main
 
 import (
@@ -20,7 +20,7 @@ import (
 func main() {
 	binary := flag.String("binary", "bin/netop-static", "the static netop binary (CGO_ENABLED=0)")
 	tag := flag.String("tag", "netop.local/netop:dev", "the image's reference")
-	out := flag.String("out", ".netop/images/netop.tar", "the image tarball to write")
+	out := flag.String("out", "bin/netop-image.tar", "the image tarball to write")
 	flag.Parse()
 	if err := build(*binary, *tag, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
@@ -66,6 +66,8 @@ func build(binary, tag, out string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s %s -> %s\n", tag, digest, out)
+	fmt.Fprintf(os.Stderr, "wrote %s (%s) to %s\n", tag, digest, out)
+	// The last line is the reference alone, for netop manifests --image.
+	fmt.Println(tag)
 	return nil
 }

@@ -41,9 +41,9 @@ type imageRegistry struct {
 }
 
 // startRegistry serves a registry on a free loopback port and pushes the
-// local images into it, with those of the image tarballs in imagesDir
-// (`make image` writes netop's there).
-func startRegistry(ctx context.Context, imagesDir string) (*imageRegistry, error) {
+// local images into it, with those of the image tarballs in imagesDir and
+// of archives.
+func startRegistry(ctx context.Context, imagesDir string, archives []string) (*imageRegistry, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("image registry: %w", err)
@@ -59,11 +59,11 @@ func startRegistry(ctx context.Context, imagesDir string) (*imageRegistry, error
 		return nil, err
 	}
 	tarballs, _ := filepath.Glob(filepath.Join(imagesDir, "*.tar"))
-	for _, path := range tarballs {
+	for _, path := range append(tarballs, archives...) {
 		more, err := image.Read(path)
 		if err != nil {
 			r.stop()
-			return nil, err
+			return nil, fmt.Errorf("image archive %s: %w", path, err)
 		}
 		maps.Copy(images, more)
 	}

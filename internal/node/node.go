@@ -37,6 +37,9 @@ type Config struct {
 	// Executable runs the kubelet with the subcommand "kubelet", and is
 	// netop's CNI plugin when called by its name.
 	Executable string
+	// ImageArchives are image tarballs (as `make image` writes) the node
+	// serves besides its own images and those in DataDir/images.
+	ImageArchives []string
 }
 
 // Prerequisites are the host programs the node needs, and the Debian
@@ -119,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.cgroups, err = makeCgroupRoot("/netop-" + cfg.Name + "-" + hex.EncodeToString(sum[:4])); err != nil {
 		return nil, err
 	}
-	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images")); err != nil {
+	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images"), cfg.ImageArchives); err != nil {
 		return nil, err
 	}
 	if err := writeCNI(n.dir, cfg); err != nil {

@@ -50,22 +50,20 @@ func TestNode(t *testing.T) {
 		t.Fatalf("this host cannot run a node: %v", err)
 	}
 	dataDir := t.TempDir()
-	// An image of one's own, as `make image` leaves netop's, served from
-	// DATA_DIR/images under a registry nobody can reach.
+	// An image of one's own, as `make image` writes netop's, served from
+	// --image-archive under a registry nobody can reach.
 	local, err := node.LocalImages()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(dataDir, "images"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := image.Write(filepath.Join(dataDir, "images", "mine.tar"), map[string]v1.Image{"netop.local/mine:1": local[node.BusyboxImage]}); err != nil {
+	archive := filepath.Join(t.TempDir(), "mine.tar")
+	if err := image.Write(archive, map[string]v1.Image{"netop.local/mine:1": local[node.BusyboxImage]}); err != nil {
 		t.Fatal(err)
 	}
 	netns := nettest.NetnsName("netop-n-")
 	t.Cleanup(func() { _ = nettest.DeleteNetns(netns) })
 	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
-		"--node=true", "--node-name=" + testNodeName}
+		"--node=true", "--node-name=" + testNodeName, "--image-archive", archive}
 	sa := startStandaloneWith(t, args...)
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
