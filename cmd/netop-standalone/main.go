@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
