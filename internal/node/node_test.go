@@ -54,7 +54,7 @@ func TestLocalImagesAreReproducible(t *testing.T) {
 // busybox under library/busybox, pause under pause.
 func TestRegistryServesTheImagesAsTheirMirror(t *testing.T) {
 	requireBusybox(t)
-	r, err := startRegistry(context.Background(), t.TempDir())
+	r, err := startRegistry(context.Background(), t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
