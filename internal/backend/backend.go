@@ -73,6 +73,9 @@ type Network struct {
 	CIDR netip.Prefix
 	// Gateway lies inside CIDR.
 	Gateway netip.Addr
+	// VNI, if not 0, joins the network's parts on several nodes into one
+	// segment (the linux backend's overlay).
+	VNI uint32
 }
 
 // Validate checks what every backend relies on: an owner UID, a valid and
@@ -109,6 +112,8 @@ type Observed struct {
 	// Neutron network without its subnet): it then differs from any spec.
 	CIDR    netip.Prefix
 	Gateway netip.Addr
+	// VNI is the overlay's, 0 without one.
+	VNI uint32
 }
 
 // Action says what Ensure had to do.

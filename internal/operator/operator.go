@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -71,8 +73,10 @@ type Operator struct {
 	// it reads.
 	pods   kubeinformers.SharedInformerFactory
 	podnet *podnet.Controller
-	// report is the agent's report on its node (agent role only).
+	// report is the agent's report on its node, nodes its peers' Nodes
+	// (agent role only).
 	report *agent.Report
+	nodes  kubeinformers.SharedInformerFactory
 	// cluster is the cluster identity recorded on backend networks.
 	cluster string
 	// nads is the NetworkAttachmentDefinitions' cache, where Multus is.
@@ -120,6 +124,11 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return nil, err
 	}
 	op.cluster = cluster
+	if o.Role == RoleAgent {
+		if o.overlay, err = agentOverlay(ctx, kube, o.NodeName); err != nil {
+			return nil, err
+		}
+	}
 	if be == nil {
 		if o.Role == RoleController && o.Backend == string(samplecrdv1.BackendLinux) {
 			be = agents.Backend{}
@@ -224,8 +233,73 @@ func (op *Operator) newAgent(ctx context.Context, client versioned.Interface, cl
 	var err error
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
-			Report: op.report})
+			Report: op.report, Overlay: o.overlay != nil})
+	if err != nil || o.overlay == nil {
+		return err
+	}
+	// The peers are the other Nodes' InternalIPs; when they change, every
+	// Network's flooding entries follow.
+	op.nodes = kubeinformers.NewSharedInformerFactoryWithOptions(op.kube, o.Resync, kubeinformers.WithTransform(trimNode))
+	nodes := op.nodes.Core().V1().Nodes()
+	update := func(any) {
+		list, err := nodes.Lister().List(labels.Everything())
+		if err != nil {
+			return
+		}
+		var peers []netip.Addr
+		for _, node := range list {
+			if ip, err := netip.ParseAddr(nodeInternalIP(node)); err == nil && node.Name != o.NodeName {
+				peers = append(peers, ip)
+			}
+		}
+		if o.overlay.SetPeers(peers) {
+			klog.FromContext(ctx).Info("Overlay peers changed", "peers", len(peers))
+			op.controller.EnqueueAll()
+		}
+	}
+	_, err = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, cur any) { update(cur) },
+		DeleteFunc: update,
+	})
+	op.controller.WaitFor(nodes.Informer().HasSyncedChecker())
 	return err
+}
+
+// agentOverlay is the overlay of an agent's node: its InternalIP, as its
+// kubelet reports it, is where the VXLAN packets of every Network leave
+// from. A node without one runs no overlay.
+func agentOverlay(ctx context.Context, kube kubernetes.Interface, nodeName string) (*linux.Overlay, error) {
+	node, err := kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent's Node %s: %w", nodeName, err)
+	}
+	local, err := netip.ParseAddr(nodeInternalIP(node))
+	if err != nil {
+		klog.FromContext(ctx).Info("The node has no InternalIP: its bridges join no other node's", "node", nodeName)
+		return nil, nil //nolint:nilerr // no overlay is a working configuration
+	}
+	return &linux.Overlay{Local: local}, nil
+}
+
+// nodeInternalIP is the node's InternalIP, as kubelets report it, or "".
+func nodeInternalIP(node *corev1.Node) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// trimNode keeps of a Node its name and addresses: the agent's peers.
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return dropManagedFields(obj)
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion},
+		Status: corev1.NodeStatus{Addresses: node.Status.Addresses}}, nil
 }
 
 // errNodeRemoved ends an agent whose Node was deleted.
@@ -322,7 +396,7 @@ func NewBackend(ctx context.Context, o *Options) (backend.Backend, func(), error
 		}
 		return nb, func() {}, nil
 	}
-	lb, err := linux.New(ctx, linux.Config{Netns: o.Netns})
+	lb, err := linux.New(ctx, linux.Config{Netns: o.Netns, Overlay: o.overlay})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -382,6 +456,9 @@ func (op *Operator) Run(ctx context.Context) error {
 	}{op.factory}
 	if op.opts.Role != RoleAgent {
 		factories = append(factories, op.kubeFactory, op.templates, op.pods)
+	}
+	if op.nodes != nil {
+		factories = append(factories, op.nodes)
 	}
 	if op.nads != nil {
 		factories = append(factories, op.nads)

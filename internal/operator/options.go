@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
@@ -125,6 +126,9 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
 	// leader election timings.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// overlay is an agent's node on the underlay, found by New.
+	overlay *linux.Overlay
 }
 
 // NewOptions returns the defaults for an operator in a cluster.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,80 @@ func (n *node) bridges(t *testing.T) map[types.UID]netip.Prefix {
 
 func (n *node) writes() float64 { return testutil.ToFloat64(n.op.Metrics().APIWrites) }
 
+// ip runs ip(8), failing the test on an error.
+func ip(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// underlay makes the network the nodes' hosts share: a bridge in a
+// namespace of its own, and a veth from each node's namespace to it with
+// the node's address, as a switch between hosts would be.
+func underlay(t *testing.T, nodes []*node, addrs []string) {
+	t.Helper()
+	ul := nettest.NetnsName("netopul")
+	ip(t, "netns", "add", ul)
+	t.Cleanup(func() { _ = nettest.DeleteNetns(ul) })
+	ip(t, "-n", ul, "link", "add", "ul0", "type", "bridge")
+	ip(t, "-n", ul, "link", "set", "ul0", "up")
+	for i, n := range nodes {
+		ip(t, "netns", "add", n.netns)
+		port := fmt.Sprintf("port%d", i)
+		ip(t, "-n", n.netns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", ul)
+		ip(t, "-n", n.netns, "addr", "add", addrs[i]+"/24", "dev", "eth0")
+		ip(t, "-n", n.netns, "link", "set", "eth0", "up")
+		ip(t, "-n", ul, "link", "set", port, "master", "ul0", "up")
+	}
+}
+
+// attachPod makes a network namespace standing for a pod on n, its
+// interface on bridge with addr, at the bridge's MTU (as netop's CNI
+// plugin does), and returns it.
+func attachPod(t *testing.T, n *node, bridge, addr string) string {
+	t.Helper()
+	pod := nettest.NetnsName("netoppod")
+	ip(t, "netns", "add", pod)
+	t.Cleanup(func() { _ = nettest.DeleteNetns(pod) })
+	host := "h" + pod[len(pod)-8:]
+	mtu := strings.Fields(ip(t, "-n", n.netns, "-o", "link", "show", bridge))
+	ip(t, "-n", n.netns, "link", "add", host, "type", "veth", "peer", "name", "net1", "netns", pod)
+	ip(t, "-n", n.netns, "link", "set", host, "master", bridge, "mtu", mtu[slices.Index(mtu, "mtu")+1], "up")
+	ip(t, "-n", pod, "link", "set", "net1", "mtu", mtu[slices.Index(mtu, "mtu")+1], "up")
+	ip(t, "-n", pod, "addr", "add", addr, "dev", "net1")
+	return pod
+}
+
+// ping pings to from the pod namespace from, once.
+func ping(from, to string) error {
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+from, "/bin/busybox", "ping", "-c", "1", "-W", "3", to).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ping %s: %w\n%s", to, err, out)
+	}
+	return nil
+}
+
+// flooding lists the peers the VXLAN device vx in n floods to.
+func flooding(t *testing.T, n *node, vx string) []string {
+	t.Helper()
+	var peers []string
+	out, err := exec.Command("bridge", "-n", n.netns, "fdb", "show", "dev", vx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge fdb show dev %s: %v\n%s", vx, err, out)
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == "00:00:00:00:00:00" && f[1] == "dst" {
+			peers = append(peers, f[2])
+		}
+	}
+	slices.Sort(peers)
+	return peers
+}
+
 // Issue 16: `netop controller` and a `netop agent` per node, each as its
 // service account of the manifests. A Network is Ready once every node's
 // agent has its bridge (3/3); a node whose agent is down lags, by name, and
@@ -72,13 +148,20 @@ func TestControllerAndAgents(t *testing.T) {
 	agentCfg := rest.CopyConfig(env.Config)
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: agentServiceAccount, Groups: serviceAccountGroups}
 	nodes := make([]*node, 3)
+	addrs := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
 	suffix := strings.ToLower(nettest.NetnsName(""))
 	for i := range nodes {
-		n := &node{name: fmt.Sprintf("agents-%c-%s", 'a'+i, suffix), netns: nettest.NetnsName("netopag")}
-		nodes[i] = n
-		if _, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.0.2.%d", i+1)}}}},
-			metav1.CreateOptions{}); err != nil {
+		nodes[i] = &node{name: fmt.Sprintf("agents-%c-%s", 'a'+i, suffix), netns: nettest.NetnsName("netopag")}
+	}
+	underlay(t, nodes, addrs)
+	for i, n := range nodes {
+		node, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Addresses are status, as a kubelet reports them.
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addrs[i]}}
+		if _, err := env.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
@@ -149,6 +232,28 @@ func TestControllerAndAgents(t *testing.T) {
 			t.Errorf("node %s has no bridge for first: %v", n.name, n.bridges(t))
 		}
 	}
+	// The overlay: a VNI of its own, a VXLAN port flooding to the two
+	// other nodes, and pods on different nodes reaching each other.
+	if got.Status.VNI < 1 {
+		t.Fatalf("status.vni %d", got.Status.VNI)
+	}
+	vx := linux.VXLANName(first.UID)
+	for i, n := range nodes {
+		want := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })
+		if got := flooding(t, n, vx); !slices.Equal(got, want) {
+			t.Errorf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
+		}
+		if link := ip(t, "-n", n.netns, "-d", "-o", "link", "show", vx); !strings.Contains(link, fmt.Sprintf("vxlan id %d ", got.Status.VNI)) ||
+			!strings.Contains(link, "master "+linux.BridgeName(first.UID)) || !strings.Contains(link, "mtu 1450 ") {
+			t.Errorf("node %s: %s", n.name, link)
+		}
+	}
+	podA := attachPod(t, nodes[0], linux.BridgeName(first.UID), "10.140.0.10/24")
+	attachPod(t, nodes[2], linux.BridgeName(first.UID), "10.140.0.30/24")
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		err := ping(podA, "10.140.0.30")
+		return err == nil, fmt.Sprintf("pod on %s to pod on %s over the overlay: %v", nodes[0].name, nodes[2].name, err)
+	})
 
 	// An agent down: the next Network is ready on two nodes of three, and
 	// its condition names the third.
@@ -195,6 +300,14 @@ func TestControllerAndAgents(t *testing.T) {
 		if !hasBridge(n, first, "10.140.0.0/24") || !hasBridge(n, second, "10.141.0.0/24") {
 			t.Errorf("node %s lost a bridge when %s was removed: %v", n.name, removed.name, n.bridges(t))
 		}
+	}
+	// The others no longer flood to it, and still reach each other.
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		got := flooding(t, nodes[0], vx)
+		return slices.Equal(got, []string{addrs[2]}), fmt.Sprintf("%s floods to %v after %s went", nodes[0].name, got, removed.name)
+	})
+	if err := ping(podA, "10.140.0.30"); err != nil {
+		t.Error(err)
 	}
 
 	// A Network deleted: its bridges go from every node.

@@ -129,6 +129,11 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrd
 	}
 
 	changed, err := b.converge(logger, link, want)
+	if err == nil {
+		var vxChanged bool
+		vxChanged, err = b.ensureVXLAN(logger, link, want)
+		changed = changed || vxChanged
+	}
 	if changed && res.Action == backend.ActionNone {
 		res.Action = backend.ActionUpdated
 	}
@@ -303,6 +308,10 @@ func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *sam
 	}
 	logger := klog.FromContext(ctx).WithValues("netns", b.netnsName)
 	derived := BridgeName(owner.UID)
+	// The VXLAN port first: deleting a bridge only frees its ports.
+	if err := b.deleteVXLAN(owner.UID); err != nil {
+		return err
+	}
 	if recorded != nil && recorded.Interface != "" && recorded.Interface != derived {
 		if err := b.deleteOwned(logger, recorded.Interface, owner, false); err != nil {
 			return err
@@ -360,6 +369,12 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
+	vxlans := map[string]*netlink.Vxlan{}
+	for _, l := range links {
+		if vx, ok := l.(*netlink.Vxlan); ok && strings.HasPrefix(vx.Name, vxlanPrefix) {
+			vxlans[vx.Name] = vx
+		}
+	}
 	byLink := make(map[int][]netlink.Addr)
 	for _, a := range addrs {
 		if kernelAddr(a) {
@@ -374,6 +389,9 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 			continue
 		}
 		obs := backend.Observed{Owner: o, Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: l.Attrs().Name}}
+		if vx, ok := vxlans[VXLANName(o.UID)]; ok && vx.MasterIndex == l.Attrs().Index && vx.Flags&net.FlagUp != 0 {
+			obs.VNI = uint32(vx.VxlanId)
+		}
 		// A bridge that is down or carries other than exactly one address
 		// is left zero, so that it differs from every spec and is repaired.
 		if own := byLink[l.Attrs().Index]; len(own) == 1 && l.Attrs().Flags&net.FlagUp != 0 {

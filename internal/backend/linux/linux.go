@@ -36,6 +36,9 @@ type Config struct {
 	// /run/netns/NAME (what `ip netns` uses); it is created if missing.
 	// Empty means the namespace of the netop process itself.
 	Netns string
+	// Overlay, if set, joins each Network's bridges across nodes with a
+	// VXLAN device (Networks with a VNI only).
+	Overlay *Overlay
 }
 
 // Backend provides Networks as Linux bridges. Its methods are safe for
@@ -51,6 +54,7 @@ type Backend struct {
 	// netlink calls an operation makes.
 	nl        netlinkOps
 	closeOnce sync.Once
+	overlay   *Overlay
 }
 
 // netlinkOps is the part of *netlink.Handle that the backend uses.
@@ -65,6 +69,9 @@ type netlinkOps interface {
 	LinkSetUp(link netlink.Link) error
 	AddrAdd(link netlink.Link, addr *netlink.Addr) error
 	AddrDel(link netlink.Link, addr *netlink.Addr) error
+	NeighList(linkIndex, family int) ([]netlink.Neigh, error)
+	NeighAppend(neigh *netlink.Neigh) error
+	NeighDel(neigh *netlink.Neigh) error
 }
 
 // New returns a backend working in cfg.Netns. It fails early, with advice,
@@ -108,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		logger.Info("This kernel refuses NETLINK_GET_STRICT_CHK: each bridge check lists every address of the namespace, which slows down with many bridges", "netns", cfg.Netns)
 	}
 	logger.V(2).Info("Linux bridge backend ready", "netns", cfg.Netns)
-	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h}, nil
+	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h, overlay: cfg.Overlay}, nil
 }
 
 // Close releases the netlink handle and the namespace. The backend must not

@@ -72,8 +72,12 @@ type Options struct {
 	// Network (no status, no finalizer).
 	Report Reporter
 	// Nodes, if set, makes the controller that of a cluster whose nodes
-	// run agents: a Network is Ready once ready on every node.
+	// run agents: a Network is Ready once ready on every node, and gets a
+	// VNI for the overlay between them.
 	Nodes NodeReadiness
+	// Overlay tells an agent that its node joins the others by the
+	// Networks' VNIs: a Network is ready there only once it has one.
+	Overlay bool
 }
 
 // AddressUsage is how pods use Networks' addresses: the allocation
@@ -116,6 +120,10 @@ type Controller struct {
 	// gone holds, by name, the UIDs of Networks deleted, until an agent
 	// removed their backend networks.
 	gone sync.Map
+	// vnis are the Networks' VNIs (cluster controller only); overlay is
+	// Options.Overlay.
+	vnis    *vniPool
+	overlay bool
 }
 
 // UsageChanged tells the controller that pods took or freed addresses of
@@ -149,6 +157,8 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		addresses: opts.Addresses,
 		report:    opts.Report,
 		nodes:     opts.Nodes,
+		vnis:      newVNIPool(),
+		overlay:   opts.Overlay,
 	}
 	if c.nodes != nil {
 		c.nodes.OnChange(c.nodesChanged)
@@ -190,6 +200,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			}
 			if ok {
 				c.written.Delete(n.UID)
+				c.vnis.release(n.UID)
 				if c.agent() {
 					c.gone.Store(cache.MetaObjectToName(n), n.UID)
 				}
@@ -232,7 +243,7 @@ func needsReconcile(old, cur *samplecrdv1.Network) bool {
 	if old.ResourceVersion == cur.ResourceVersion {
 		return false
 	}
-	return old.Generation != cur.Generation ||
+	return old.Generation != cur.Generation || old.Status.VNI != cur.Status.VNI ||
 		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
 		!slices.Equal(old.Finalizers, cur.Finalizers) ||
 		cur.Status.ObservedGeneration != cur.Generation
@@ -288,6 +299,7 @@ func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 // and that what its status says was built may still be there, so that no
 // overlapping Network builds until this one's sync has decided about it.
 func (c *Controller) record(n *samplecrdv1.Network) {
+	c.vnis.keep(n.UID, n.Status.VNI)
 	c.contend(n)
 	if e, ok := c.builtEntry(n); ok {
 		c.arbiter.MayBePresent(e)
@@ -343,6 +355,9 @@ func (c *Controller) enqueueEntries(entries []overlap.Entry) {
 		c.Add(cache.ObjectName{Namespace: e.Namespace, Name: e.Name})
 	}
 }
+
+// EnqueueAll enqueues every Network: what they all depend on changed.
+func (c *Controller) EnqueueAll() { c.enqueueAll() }
 
 func (c *Controller) enqueueAll() {
 	for _, obj := range c.indexer.List() {

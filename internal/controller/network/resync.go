@@ -87,7 +87,7 @@ func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backe
 	// A record without the cluster is adopted by the sync rewriting it.
 	built := ok && o.Cluster == c.cluster && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway
 	if c.agent() {
-		return built && c.report.ReadyAt(n.UID) == n.Generation
+		return built && o.VNI == c.wantVNI(n) && c.report.ReadyAt(n.UID) == n.Generation
 	}
 	if c.nodes != nil {
 		// The agents build; only the status is this controller's.

@@ -168,3 +168,12 @@ func (c *Controller) eventf(n *samplecrdv1.Network, eventType, reason, format st
 	}
 	c.recorder.Eventf(n, eventType, reason, format, args...)
 }
+
+// wantVNI is the VNI an agent's node joins n's bridges by: the one the
+// controller gave n, if the node is on an overlay.
+func (c *Controller) wantVNI(n *samplecrdv1.Network) uint32 {
+	if !c.agent() || !c.overlay || n.Status.VNI < 1 {
+		return 0
+	}
+	return uint32(n.Status.VNI)
+}

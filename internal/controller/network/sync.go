@@ -89,6 +89,14 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		Owner:   c.owner(n),
 		CIDR:    resolved.Prefix,
 		Gateway: resolved.Gateway,
+		VNI:     c.wantVNI(n),
+	}
+	if c.nodes != nil {
+		vni, ok := c.vnis.assign(n.UID)
+		if !ok {
+			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonBackendError, "every VXLAN network identifier is taken", n.Status.Backend)
+		}
+		n.Status.VNI = vni
 	}
 	res, err := c.backend.Ensure(ctx, want, n.Status.Backend)
 	if errors.Is(err, backend.ErrInvalid) {
@@ -115,6 +123,11 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
 	}
 	c.arbiter.Built(entry)
+	if c.agent() && c.overlay && want.VNI == 0 {
+		// The bridge stands, but joins the other nodes' only once the
+		// controller gave the Network its VNI, which is a new event.
+		return nil
+	}
 	c.setAddresses(ctx, n)
 	n.Status.CIDR = resolved.Prefix.String()
 	n.Status.Gateway = resolved.Gateway.String()

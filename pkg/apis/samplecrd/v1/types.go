@@ -19,6 +19,7 @@ import (
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend.type`,priority=1
 // +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.status.backend.interface`,priority=1
+// +kubebuilder:printcolumn:name="VNI",type=integer,JSONPath=`.status.vni`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Network is an IP network that netop creates and keeps in a backend: a Linux
@@ -116,6 +117,14 @@ type NetworkStatus struct {
 	// Ready condition names the nodes that lag, and why.
 	// +optional
 	Nodes *NetworkNodes `json:"nodes,omitempty"`
+
+	// vni is the VXLAN network identifier that joins the network's
+	// bridges on the cluster's nodes into one segment, when netop runs an
+	// agent on every node. It stays the Network's for its life.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16777215
+	VNI int32 `json:"vni,omitempty"`
 
 	// addresses is how pods use the network's addresses. It is updated
 	// at most about once a second, not on every pod.

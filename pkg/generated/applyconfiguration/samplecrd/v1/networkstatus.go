@@ -47,6 +47,10 @@ type NetworkStatusApplyConfiguration struct {
 	// an agent on every node (netop controller and netop agent); the
 	// Ready condition names the nodes that lag, and why.
 	Nodes *NetworkNodesApplyConfiguration `json:"nodes,omitempty"`
+	// vni is the VXLAN network identifier that joins the network's
+	// bridges on the cluster's nodes into one segment, when netop runs an
+	// agent on every node. It stays the Network's for its life.
+	VNI *int32 `json:"vni,omitempty"`
 	// addresses is how pods use the network's addresses. It is updated
 	// at most about once a second, not on every pod.
 	Addresses *NetworkAddressesApplyConfiguration `json:"addresses,omitempty"`
@@ -108,6 +112,14 @@ func (b *NetworkStatusApplyConfiguration) WithBackend(value *NetworkBackendStatu
 // If called multiple times, the Nodes field is set to the value of the last call.
 func (b *NetworkStatusApplyConfiguration) WithNodes(value *NetworkNodesApplyConfiguration) *NetworkStatusApplyConfiguration {
 	b.Nodes = value
+	return b
+}
+
+// WithVNI sets the VNI field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the VNI field is set to the value of the last call.
+func (b *NetworkStatusApplyConfiguration) WithVNI(value int32) *NetworkStatusApplyConfiguration {
+	b.VNI = &value
 	return b
 }
 

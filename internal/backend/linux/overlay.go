@@ -1,0 +1,212 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend"
+)
+
+// The overlay joins a Network's bridges on several nodes into one layer-2
+// segment: a VXLAN device per Network (its VNI from the Network's status),
+// a port of the bridge, flooding to every other node (an all-zero FDB entry
+// per peer, head-end replication) and learning the rest, so that it needs
+// neither multicast on the underlay nor a control plane for MAC addresses.
+
+// VXLANPort is the IANA VXLAN port.
+const VXLANPort = 4789
+
+// vxlanPrefix begins the name of a Network's VXLAN device; the rest is
+// derived from its UID as the bridge's name is.
+const vxlanPrefix = "netvx"
+
+// VXLANName is the name of the VXLAN device of the Network with this UID.
+func VXLANName(uid types.UID) string { return vxlanPrefix + BridgeName(uid)[len(bridgePrefix):] }
+
+// Overlay says where this node is on the underlay, and who its peers are.
+type Overlay struct {
+	// Local is this node's underlay address: VXLAN packets leave from it.
+	Local netip.Addr
+
+	mu    sync.Mutex
+	peers []netip.Addr
+}
+
+// SetPeers replaces the other nodes' underlay addresses; the next Ensure of
+// each Network brings its flooding entries in line. It reports whether
+// they changed.
+func (o *Overlay) SetPeers(peers []netip.Addr) bool {
+	peers = slices.Clone(peers)
+	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
+	peers = slices.Compact(peers)
+	peers = slices.DeleteFunc(peers, func(p netip.Addr) bool { return p == o.Local || !p.IsValid() })
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if slices.Equal(o.peers, peers) {
+		return false
+	}
+	o.peers = peers
+	return true
+}
+
+// Peers returns the other nodes' underlay addresses.
+func (o *Overlay) Peers() []netip.Addr {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.peers)
+}
+
+// overhead is what VXLAN encapsulation adds to a frame: outer IP, UDP,
+// VXLAN and inner Ethernet headers.
+func (o *Overlay) overhead() int {
+	if o.Local.Is6() {
+		return 70
+	}
+	return 50
+}
+
+// underlayMTU is the MTU of the interface that carries the local address.
+func (b *Backend) underlayMTU() (int, error) {
+	links, err := retryDump(b.nl.LinkList)
+	if err != nil {
+		return 0, fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		addrs, err := b.nl.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == b.overlay.Local {
+				return l.Attrs().MTU, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface in this network namespace has the underlay address %s", b.overlay.Local)
+}
+
+// ensureVXLAN converges the VXLAN port of bridge to want.VNI and the
+// current peers; a Network without a VNI has none.
+func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want backend.Network) (changed bool, err error) {
+	if b.overlay == nil && want.VNI == 0 {
+		return false, nil // a node of its own: no lookup per Ensure
+	}
+	name := VXLANName(want.UID)
+	link, err := b.nl.LinkByName(name)
+	if err != nil && !isLinkNotFound(err) {
+		return false, fmt.Errorf("look up VXLAN device %s: %w", name, err)
+	}
+	if b.overlay == nil || want.VNI == 0 {
+		if link != nil {
+			if err := b.nl.LinkDel(link); err != nil && !isLinkNotFound(err) {
+				return false, fmt.Errorf("delete VXLAN device %s: %w", name, err)
+			}
+			return true, nil
+		}
+		return false, nil
+	}
+	if vx, ok := link.(*netlink.Vxlan); link != nil && (!ok || vx.VxlanId != int(want.VNI) || vx.MasterIndex != bridge.Attrs().Index ||
+		!net.IP(b.overlay.Local.AsSlice()).Equal(vx.SrcAddr)) {
+		// Another VNI, bridge or local address: made again, not edited
+		// (the kernel changes neither on a VXLAN device).
+		if err := b.nl.LinkDel(link); err != nil && !isLinkNotFound(err) {
+			return false, fmt.Errorf("delete stale VXLAN device %s: %w", name, err)
+		}
+		logger.Info("Replacing VXLAN device", "vxlan", name, "vni", want.VNI)
+		link, changed = nil, true
+	}
+	if link == nil {
+		mtu, err := b.underlayMTU()
+		if err != nil {
+			return changed, err
+		}
+		vx := &netlink.Vxlan{
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu - b.overlay.overhead(), MasterIndex: bridge.Attrs().Index, Flags: net.FlagUp},
+			VxlanId:   int(want.VNI),
+			SrcAddr:   b.overlay.Local.AsSlice(),
+			Port:      VXLANPort,
+			Learning:  true,
+		}
+		if err := b.nl.LinkAdd(vx); err != nil && !errors.Is(err, unix.EEXIST) {
+			return changed, fmt.Errorf("create VXLAN device %s (VNI %d): %w", name, want.VNI, err)
+		}
+		if link, err = b.nl.LinkByName(name); err != nil {
+			return changed, fmt.Errorf("look up VXLAN device %s after creating it: %w", name, err)
+		}
+		changed = true
+		logger.Info("Created VXLAN device", "vxlan", name, "vni", want.VNI, "mtu", vx.MTU)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := b.nl.LinkSetUp(link); err != nil {
+			return changed, fmt.Errorf("set VXLAN device %s up: %w", name, err)
+		}
+		changed = true
+	}
+	fdbChanged, err := b.ensureFlooding(link)
+	return changed || fdbChanged, err
+}
+
+// ensureFlooding makes the VXLAN device flood to exactly the peers.
+func (b *Backend) ensureFlooding(link netlink.Link) (changed bool, err error) {
+	neighs, err := b.nl.NeighList(link.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		return false, fmt.Errorf("list forwarding entries of %s: %w", link.Attrs().Name, err)
+	}
+	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	peers := b.overlay.Peers()
+	have := map[netip.Addr]bool{}
+	for i := range neighs {
+		n := &neighs[i]
+		if n.HardwareAddr.String() != zero.String() {
+			continue // learned
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		if slices.Contains(peers, ip.Unmap()) {
+			have[ip.Unmap()] = true
+			continue
+		}
+		if err := b.nl.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+			return changed, fmt.Errorf("remove forwarding entry to %s from %s: %w", n.IP, link.Attrs().Name, err)
+		}
+		changed = true
+	}
+	for _, p := range peers {
+		if have[p] {
+			continue
+		}
+		n := &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+			Flags: netlink.NTF_SELF, HardwareAddr: zero, IP: p.AsSlice()}
+		if err := b.nl.NeighAppend(n); err != nil && !errors.Is(err, unix.EEXIST) {
+			return changed, fmt.Errorf("add forwarding entry to %s on %s: %w", p, link.Attrs().Name, err)
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// deleteVXLAN deletes the VXLAN device of the Network with uid, if any.
+func (b *Backend) deleteVXLAN(uid types.UID) error {
+	link, err := b.nl.LinkByName(VXLANName(uid))
+	if isLinkNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up VXLAN device %s: %w", VXLANName(uid), err)
+	}
+	if _, ok := link.(*netlink.Vxlan); !ok {
+		return nil // not ours: ours are VXLAN devices
+	}
+	if err := b.nl.LinkDel(link); err != nil && !isLinkNotFound(err) && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete VXLAN device %s: %w", VXLANName(uid), err)
+	}
+	return nil
+}
