@@ -10,13 +10,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/netip"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -92,6 +96,8 @@ func newCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	cmd.Flags().BoolVar(&nodeOpts.enabled, "node", true, "Run a node (containerd and a kubelet) so that pods run. Where it cannot run, the standalone says what is missing and runs without one.")
 	cmd.Flags().StringVar(&nodeOpts.name, "node-name", strings.ToLower(hostname), "Name of the node.")
+	cmd.Flags().IntVar(&nodeOpts.count, "nodes", 1, "Number of nodes. More than one: each is a machine of its own as far as networking goes (a network namespace with containerd and a kubelet, on an underlay bridge netop-underlay in this host's namespace, named NODE-NAME-1 to -N), and netop runs as a controller and an agent per node, so that Networks span nodes over their VXLAN overlay.")
+	cmd.Flags().StringVar(&nodeOpts.underlay, "underlay-cidr", "10.254.0.0/24", "With --nodes above 1: the underlay's IPv4 prefix; the host gets its first address, the nodes the next ones. Each node's pods get a /24 of "+node.PodCIDR+", routed to it.")
 	cmd.Flags().StringSliceVar(&nodeOpts.archives, "image-archive", nil, "Image tarballs (such as `make image` writes to bin/netop-image.tar) the node serves as if pulled from their registries; repeatable. Tarballs in DIR/images are served too.")
 	cmd.Flags().BoolVar(&nodeOpts.operator, "operator", true, "Run netop's operator in this process. Off, the cluster is bare, to install netop as on any cluster: netop manifests --image REF | kubectl apply -f -.")
 	logOpts.AddFlags(cmd.Flags())
@@ -103,6 +109,10 @@ type nodeOptions struct {
 	enabled  bool
 	name     string
 	archives []string
+	// count nodes; more than one each get a network namespace of their
+	// own on an underlay of the given prefix.
+	count    int
+	underlay string
 	// operator runs netop's operator in this process; off, netop is
 	// installed like on any cluster (netop manifests).
 	operator bool
@@ -120,13 +130,21 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if nodeOpts.enabled && nodeOpts.name == "" {
 		return errors.New("--node-name: the host has no name; give one")
 	}
+	if nodeOpts.count < 1 {
+		return fmt.Errorf("--nodes %d: at least 1", nodeOpts.count)
+	}
+	multi := nodeOpts.enabled && nodeOpts.count > 1
+	if multi && nodeOpts.operator {
+		// A controller here, an agent per node (in this process too).
+		opts.Role = operator.RoleController
+	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
 	// The backend first: missing privileges should stop us before the
 	// control plane starts, not after.
 	var be backend.Backend
-	if nodeOpts.operator {
+	if nodeOpts.operator && !multi {
 		var closeBackend func()
 		var err error
 		if be, closeBackend, err = operator.NewBackend(ctx, opts); err != nil {
@@ -141,7 +159,7 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	}
 	cpConfig := controlplane.Config{DataDir: dataDir, APIServerPort: port}
 	if nodeOpts.enabled {
-		cpConfig.NodeName = nodeOpts.name
+		cpConfig.NodeNames = nodeOpts.names()
 	}
 	cp, err := controlplane.Start(ctx, cpConfig)
 	if err != nil {
@@ -161,8 +179,24 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		opts.WebhookCertDir = filepath.Join(cp.DataDir, "webhook")
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
-	if nodeOpts.enabled {
-		n, err := startNode(ctx, cp, nodeOpts, opts.Netns, started)
+	var agents []*operator.Options
+	switch {
+	case multi:
+		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Netns, started)
+		if err != nil {
+			return err
+		}
+		defer stopNodes()
+		if nodeOpts.operator {
+			for _, n := range nodes {
+				o := *opts
+				o.Role, o.NodeName, o.Netns = operator.RoleAgent, n.name, n.netns
+				o.MetricsAddr, o.WebhookAddr, o.LeaderElect = "0", "0", false
+				agents = append(agents, &o)
+			}
+		}
+	case nodeOpts.enabled:
+		n, err := startNode(ctx, cp, nodeOpts, node.Config{Name: nodeOpts.name, Kubeconfig: cp.NodeKubeconfigPath, Netns: opts.Netns}, started)
 		if err != nil {
 			logger.Error(err, "Running without a node: pods will be stored but not run")
 		} else {
@@ -184,18 +218,112 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if err != nil {
 		return err
 	}
-	return op.Run(ctx)
+	if len(agents) == 0 {
+		return op.Run(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return op.Run(gctx) })
+	for _, o := range agents {
+		agent, err := operator.New(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName)), cp.AdminConfig(), o, nil)
+		if err != nil {
+			return errors.Join(err, g.Wait())
+		}
+		g.Go(func() error { return agent.Run(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName))) })
+	}
+	return g.Wait()
 }
 
-// startNode runs containerd and the kubelet and waits for the Node to be
-// Ready.
-func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, netns string, started time.Time) (*node.Node, error) {
+// names are the nodes' names: --node-name, or with several nodes
+// --node-name-1 to -N.
+func (o nodeOptions) names() []string {
+	if o.count <= 1 {
+		return []string{o.name}
+	}
+	names := make([]string, o.count)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", o.name, i+1)
+	}
+	return names
+}
+
+// multiNode is one of several nodes.
+type multiNode struct {
+	name, netns string
+	node        *node.Node
+}
+
+// startNodes makes the underlay and starts the nodes on it, at once, and
+// returns them with the function that stops them and removes the underlay.
+func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, netnsPrefix string, started time.Time) ([]*multiNode, func(), error) {
+	logger := klog.FromContext(ctx)
+	prefix, err := netip.ParsePrefix(o.underlay)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--underlay-cidr: %w", err)
+	}
+	if netnsPrefix == "" {
+		netnsPrefix = "netop"
+	}
+	names := o.names()
+	nodes := make([]*multiNode, len(names))
+	netnss := make([]string, len(names))
+	for i, name := range names {
+		netnss[i] = fmt.Sprintf("%s-%d", netnsPrefix, i+1)
+		nodes[i] = &multiNode{name: name, netns: netnss[i]}
+	}
+	underlay, err := node.NewUnderlay(prefix, netnss)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		logger.Info("Stopping the nodes")
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			if n.node != nil {
+				wg.Go(func() { n.node.Stop(context.WithoutCancel(ctx)) })
+			}
+		}
+		wg.Wait()
+		// The nodes' namespaces stay, like the standalone's own: the next
+		// start finds its bridges there.
+		underlay.Remove()
+	}
+	apiServer := strings.TrimPrefix(cp.URL, "https://")
+	var g errgroup.Group
+	for i, n := range nodes {
+		u := underlay.Nodes[i]
+		g.Go(func() (err error) {
+			n.node, err = startNode(ctx, cp, o, node.Config{
+				DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
+				HostNetns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer, ServiceIP: node.ServiceIP.String(),
+			}, started)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return nodes, stop, nil
+}
+
+// startNode runs containerd and the kubelet of cfg and waits for the Node
+// to be Ready.
+func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, cfg node.Config, started time.Time) (*node.Node, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to run the kubelet: %w", err)
 	}
-	n, err := node.Start(ctx, node.Config{DataDir: cp.DataDir, Name: o.name, Kubeconfig: cp.NodeKubeconfigPath,
-		ClientCAFile: cp.CACertPath, Netns: netns, Executable: self, ImageArchives: o.archives})
+	if cfg.DataDir == "" {
+		cfg.DataDir = cp.DataDir
+	}
+	cfg.ClientCAFile, cfg.Executable = cp.CACertPath, self
+	cfg.ImageArchives = o.archives
+	if cfg.DataDir != cp.DataDir {
+		// The data directory's images serve every node.
+		shared, _ := filepath.Glob(filepath.Join(cp.DataDir, "images", "*.tar"))
+		cfg.ImageArchives = append(slices.Clone(o.archives), shared...)
+	}
+	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

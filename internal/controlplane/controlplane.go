@@ -46,9 +46,10 @@ type Config struct {
 	// none recorded yet; 0 picks a free one. A port recorded by an earlier
 	// start always wins, so that existing kubeconfigs stay valid.
 	APIServerPort int
-	// NodeName, if set, gets a kubelet identity (system:node:NAME) and a
-	// kubeconfig for it at NodeKubeconfigPath.
-	NodeName string
+	// NodeNames each get a kubelet identity (system:node:NAME) and a
+	// kubeconfig: the first at NodeKubeconfigPath, the others at
+	// DIR/nodes/NAME/kubeconfig (NodeKubeconfigs).
+	NodeNames []string
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager.
@@ -59,9 +60,11 @@ type ControlPlane struct {
 	KubeconfigPath string
 	// URL is the API server's address, https://127.0.0.1:PORT.
 	URL string
-	// NodeKubeconfigPath is DIR/node/kubeconfig, the kubelet's, when
-	// Config.NodeName is set.
+	// NodeKubeconfigPath is DIR/node/kubeconfig, the first node's
+	// kubelet's, when there is a node.
 	NodeKubeconfigPath string
+	// NodeKubeconfigs are the kubelets' kubeconfigs, by node name.
+	NodeKubeconfigs map[string]string
 	// CACertPath is the cluster CA's certificate.
 	CACertPath string
 
@@ -120,11 +123,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.redirectEtcdClientLog(); err != nil {
 		return nil, err
 	}
-	var nodes []string
-	if cfg.NodeName != "" {
-		nodes = append(nodes, cfg.NodeName)
-	}
-	p, err := ensurePKI(filepath.Join(dir, "pki"), nodes...)
+	p, err := ensurePKI(filepath.Join(dir, "pki"), cfg.NodeNames...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,14 +140,20 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.writeKubeconfig(cp.KubeconfigPath, p, adminUser); err != nil {
 		return nil, err
 	}
-	if cfg.NodeName != "" {
-		cp.NodeKubeconfigPath = filepath.Join(dir, "node", "kubeconfig")
-		if err := os.MkdirAll(filepath.Dir(cp.NodeKubeconfigPath), 0o700); err != nil {
+	cp.NodeKubeconfigs = map[string]string{}
+	for i, name := range cfg.NodeNames {
+		path := filepath.Join(dir, "nodes", name, "kubeconfig")
+		if i == 0 {
+			path = filepath.Join(dir, "node", "kubeconfig")
+			cp.NodeKubeconfigPath = path
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, err
 		}
-		if err := cp.writeKubeconfig(cp.NodeKubeconfigPath, p, NodeUser(cfg.NodeName)); err != nil {
+		if err := cp.writeKubeconfig(path, p, NodeUser(name)); err != nil {
 			return nil, err
 		}
+		cp.NodeKubeconfigs[name] = path
 	}
 	kcmKubeconfig := filepath.Join(dir, "controller-manager", "kubeconfig")
 	if err := cp.writeKubeconfig(kcmKubeconfig, p, controllerManagerUser); err != nil {
@@ -365,6 +370,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		"--kubelet-client-certificate=" + p.path(kubeletClientCertFile),
 		"--kubelet-client-key=" + p.path(kubeletClientKeyFile),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// Webhooks behind a Service are called at its endpoints: no
+		// kube-proxy makes its ClusterIP reachable.
+		"--enable-aggregator-routing=true",
 		// Stop in seconds with clients watching (kubectl get -w, a
 		// user's controller): once the short requests are drained, the
 		// HTTP server gives watches 2s instead of its 60s request timeout.

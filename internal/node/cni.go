@@ -31,6 +31,13 @@ const cniPluginDir = "/usr/lib/cni"
 // under the plugin's name, reading pods with the node's credentials.
 func writeCNI(dir string, cfg Config) error {
 	netns := cfg.Netns
+	if cfg.HostNetns != "" {
+		netns = "" // containerd itself runs in the node's namespace
+	}
+	podCIDR := cfg.PodCIDR
+	if podCIDR == "" {
+		podCIDR = PodCIDR
+	}
 	binDir := filepath.Join(dir, "cni", "bin")
 	for _, name := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		path := filepath.Join(binDir, name)
@@ -67,7 +74,7 @@ func writeCNI(dir string, cfg Config) error {
 			"hairpinMode": true,
 			"ipam": map[string]any{
 				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": PodCIDR}}},
+				"ranges":  [][]map[string]string{{{"subnet": podCIDR}}},
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": filepath.Join(dir, "cni", "ipam"),
 			},

@@ -50,13 +50,15 @@ func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
 }
 
 func (n *Node) startKubelet(_ context.Context) (*process, error) {
-	ip, err := HostIP()
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePortOn(ip)
-	if err != nil {
-		return nil, err
+	ip, port := n.cfg.Address, 10250 // a node of its own: the usual port
+	if n.cfg.HostNetns == "" {
+		var err error
+		if ip, err = HostIP(); err != nil {
+			return nil, err
+		}
+		if port, err = freePortOn(ip); err != nil {
+			return nil, err
+		}
 	}
 	data, err := yaml.Marshal(n.kubeletConfig(ip, port))
 	if err != nil {
@@ -80,7 +82,7 @@ func (n *Node) startKubelet(_ context.Context) (*process, error) {
 	}
 	// SIGKILL if the standalone dies: on SIGTERM the kubelet stops its
 	// loops but its process stays.
-	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), args, syscall.SIGKILL)
+	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), inNetns(n.cfg.HostNetns, args), syscall.SIGKILL)
 }
 
 // HostIP is the node's address: the host's source address towards the

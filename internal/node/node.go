@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,18 @@ type Config struct {
 	// ImageArchives are image tarballs (as `make image` writes) the node
 	// serves besides its own images and those in DataDir/images.
 	ImageArchives []string
+
+	// HostNetns, if set, is the node's own network namespace, its host:
+	// containerd and the kubelet run there (see hostns.go), and Netns is
+	// not used. Address is then the node's InternalIP there, PodCIDR its
+	// pods' network (default PodCIDR), APIServer the API server's
+	// loopback address (127.0.0.1:PORT) and ServiceIP the kubernetes
+	// Service's, both forwarded into the namespace.
+	HostNetns string
+	Address   net.IP
+	PodCIDR   string
+	APIServer string
+	ServiceIP string
 }
 
 // Prerequisites are the host programs the node needs, and the Debian
@@ -93,6 +106,7 @@ type Node struct {
 	kubelet    *process
 	registry   *imageRegistry
 	cgroups    *cgroupRoot
+	forwarder  *forwarder
 	socket     string
 	started    time.Time
 }
@@ -124,6 +138,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images"), cfg.ImageArchives); err != nil {
 		return nil, err
+	}
+	if cfg.HostNetns != "" {
+		if err := hostNetnsReady(cfg.HostNetns); err != nil {
+			return nil, err
+		}
+		if err := n.startForwarding(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeCNI(n.dir, cfg); err != nil {
 		return nil, err
@@ -195,6 +217,10 @@ func (n *Node) Stop(ctx context.Context) {
 	}
 	if err := unmountUnder(n.dir); err != nil {
 		logger.Error(err, "Unmounting what the node left")
+	}
+	if n.forwarder != nil {
+		n.forwarder.stop()
+		n.forwarder = nil
 	}
 	if n.registry != nil {
 		n.registry.stop()

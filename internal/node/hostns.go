@@ -1,0 +1,141 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/vishvananda/netns"
+	"k8s.io/klog/v2"
+)
+
+// A node with a network namespace of its own (Config.HostNetns) is a
+// machine of its own as far as networking goes: containerd and the kubelet
+// run there, so host-network pods (netop's agent) see that namespace as
+// their host. What the standalone serves on its loopback, the API server
+// and the image registry, is forwarded into the node's loopback on the
+// same ports, and the kubernetes Service's address is forwarded to the API
+// server: pods reach it with their in-cluster configuration although the
+// standalone runs no kube-proxy.
+
+// inNetns returns args run in the network namespace named netns, by
+// nsenter, which changes nothing else: the process keeps the host's mount
+// namespace, file system and cgroups. Without a namespace, args.
+func inNetns(netns string, args []string) []string {
+	if netns == "" {
+		return args
+	}
+	return append([]string{"nsenter", "--net=" + filepath.Join("/run/netns", netns), "--"}, args...)
+}
+
+// listenIn listens on addr in the named network namespace. The socket
+// stays in that namespace whatever thread later uses it.
+func listenIn(name, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("this thread's network namespace: %w", err)
+	}
+	defer func() { _ = host.Close() }()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", name, err)
+	}
+	defer func() { _ = target.Close() }()
+	if err := netns.Set(target); err != nil {
+		return nil, fmt.Errorf("entering network namespace %s: %w", name, err)
+	}
+	l, listenErr := net.Listen("tcp", addr)
+	if err := netns.Set(host); err != nil {
+		// The thread is unusable: LockOSThread without Unlock makes the
+		// runtime end it with this goroutine.
+		runtime.LockOSThread()
+		return nil, errors.Join(listenErr, fmt.Errorf("leaving network namespace %s: %w", name, err))
+	}
+	if listenErr != nil {
+		return nil, fmt.Errorf("listening on %s in network namespace %s: %w", addr, name, listenErr)
+	}
+	return l, nil
+}
+
+// forwarder copies the connections of its listeners to their targets.
+type forwarder struct {
+	listeners []net.Listener
+	wg        sync.WaitGroup
+}
+
+// forward accepts on l, in whatever namespace it was made, and connects
+// each connection to target from the standalone's own namespace.
+func (f *forwarder) forward(ctx context.Context, l net.Listener, target string) {
+	f.listeners = append(f.listeners, l)
+	f.wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return // closed
+			}
+			go func() {
+				defer func() { _ = conn.Close() }()
+				var d net.Dialer
+				up, err := d.DialContext(ctx, "tcp", target)
+				if err != nil {
+					klog.FromContext(ctx).V(2).Info("Forwarding a node's connection failed", "to", target, "err", err)
+					return
+				}
+				defer func() { _ = up.Close() }()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, conn); closeWrite(up); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(conn, up); closeWrite(conn); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	})
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+}
+
+// stop closes the listeners; open connections end with their peers.
+func (f *forwarder) stop() {
+	for _, l := range f.listeners {
+		_ = l.Close()
+	}
+	f.wg.Wait()
+}
+
+// startForwarding forwards into the node's namespace the standalone's
+// loopback services and the kubernetes Service.
+func (n *Node) startForwarding(ctx context.Context) error {
+	n.forwarder = &forwarder{}
+	targets := map[string]string{n.cfg.APIServer: n.cfg.APIServer, n.registry.addr: n.registry.addr}
+	if n.cfg.ServiceIP != "" {
+		targets[net.JoinHostPort(n.cfg.ServiceIP, "443")] = n.cfg.APIServer
+	}
+	for listen, target := range targets {
+		l, err := listenIn(n.cfg.HostNetns, listen)
+		if err != nil {
+			return err
+		}
+		n.forwarder.forward(ctx, l, target)
+	}
+	return nil
+}
+
+// hostNetnsReady checks that the node's namespace exists.
+func hostNetnsReady(name string) error {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); err != nil {
+		return fmt.Errorf("the node's network namespace %s: %w", name, err)
+	}
+	return nil
+}
