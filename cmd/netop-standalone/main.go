@@ -270,7 +270,7 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		netnss[i] = fmt.Sprintf("%s-%d", netnsPrefix, i+1)
 		nodes[i] = &multiNode{name: name, netns: netnss[i]}
 	}
-	underlay, err := node.NewUnderlay(prefix, netnss)
+	underlay, err := node.NewUnderlay(prefix, netnss, netip.MustParseAddr(controlplane.KubernetesServiceIP))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -294,7 +294,7 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		g.Go(func() (err error) {
 			n.node, err = startNode(ctx, cp, o, node.Config{
 				DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
-				HostNetns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer, ServiceIP: node.ServiceIP.String(),
+				HostNetns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer, ServiceIP: controlplane.KubernetesServiceIP,
 			}, started)
 			return err
 		})

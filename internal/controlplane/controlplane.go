@@ -38,6 +38,14 @@ import (
 	pkiutil "github.com/netop-dev/netop/internal/pki"
 )
 
+// ServiceCIDR is the Services' address range; KubernetesServiceIP, its
+// first address, is the kubernetes Service's, which pods' in-cluster
+// configuration uses.
+const (
+	ServiceCIDR         = "10.0.0.0/24"
+	KubernetesServiceIP = "10.0.0.1"
+)
+
 // Config says where the control plane keeps its state.
 type Config struct {
 	// DataDir holds etcd's data, the PKI, the kubeconfig and the logs.
@@ -359,7 +367,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, p *pki, pp ports) er
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.path(saKeyFile),
 		"--service-account-signing-key-file=" + p.path(saKeyFile),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		// The only address is loopback, which the endpoint reconciler refuses.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",

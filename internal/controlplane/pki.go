@@ -144,12 +144,12 @@ func (p *pki) ensureCA(certFile, keyFile, commonName string) ([]byte, error) {
 }
 
 // servingCert is the API server's certificate: 127.0.0.1, localhost and the
-// names in-cluster clients use.
+// names and address in-cluster clients use.
 var servingCert = pkiutil.ServingCert{
 	CommonName: "kube-apiserver",
 	DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
 		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-	IPs:      []net.IP{net.ParseIP("127.0.0.1")},
+	IPs:      []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)},
 	Validity: 365 * 24 * time.Hour,
 }
 

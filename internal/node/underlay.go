@@ -43,8 +43,9 @@ type UnderlayNode struct {
 // netns, each made if missing: the bridge with the prefix's first address,
 // the nodes' eth0s with the next ones, default routes to the standalone,
 // and routes from the standalone to each node's pods. It is made anew each
-// time (Remove first).
-func NewUnderlay(prefix netip.Prefix, netnss []string) (*Underlay, error) {
+// time (Remove first). serviceIP, the kubernetes Service's address, is
+// each node's own, for its forwarder to the API server.
+func NewUnderlay(prefix netip.Prefix, netnss []string, serviceIP netip.Addr) (*Underlay, error) {
 	if !prefix.Addr().Is4() || prefix.Bits() > 28 || len(netnss) > 250 || len(netnss) > 1<<(32-prefix.Bits())-3 {
 		return nil, fmt.Errorf("underlay %s: an IPv4 prefix with room for %d nodes", prefix, len(netnss))
 	}
@@ -67,7 +68,7 @@ func NewUnderlay(prefix netip.Prefix, netnss []string) (*Underlay, error) {
 		return nil, fmt.Errorf("underlay bridge %s: %w", UnderlayBridge, err)
 	}
 	for i, n := range u.Nodes {
-		if err := u.join(i, n, br, host); err != nil {
+		if err := u.join(i, n, br, host, serviceIP); err != nil {
 			u.Remove()
 			return nil, fmt.Errorf("node %s on the underlay: %w", n.Netns, err)
 		}
@@ -80,7 +81,7 @@ func ipNet(p netip.Prefix) *net.IPNet {
 }
 
 // join plugs node i into the underlay.
-func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host netip.Addr) error {
+func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host, serviceIP netip.Addr) error {
 	if err := linux.EnsureNetns(n.Netns); err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host netip.Ad
 	if err != nil {
 		return err
 	}
-	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ServiceIP, 32))}); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(serviceIP, 32))}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("service address: %w", err)
 	}
 	if err := sysctlIn(ns, "/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
@@ -133,10 +134,6 @@ func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host netip.Ad
 	// port-forward) reaches the node's pods through it.
 	return netlink.RouteAdd(&netlink.Route{Dst: ipNet(n.PodCIDR), Gw: n.Address.AsSlice()})
 }
-
-// ServiceIP is the kubernetes Service's address: the first of the
-// embedded API server's service range.
-var ServiceIP = netip.MustParseAddr("10.0.0.1")
 
 // sysctlIn writes a sysctl of the network namespace ns: /proc/sys/net is
 // the calling thread's namespace's.
