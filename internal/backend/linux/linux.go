@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -89,12 +88,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		err error
 	)
 	if cfg.Netns == "" {
-		// The process's namespace rather than the calling thread's, which
-		// might have been switched by a locked goroutine.
-		ns, err = netns.GetFromPid(os.Getpid())
-		if err != nil {
-			return nil, fmt.Errorf("open the host network namespace: %w", err)
-		}
+		// The namespace netop runs in, without entering it: setns needs
+		// CAP_SYS_ADMIN, which an agent with NET_ADMIN alone lacks. Every
+		// goroutine that enters another namespace (the standalone's
+		// node forwarders) leaves it before unlocking its thread.
+		ns = netns.None()
 	} else {
 		if err := EnsureNetns(cfg.Netns); err != nil {
 			return nil, err
