@@ -136,10 +136,16 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 			Port:      VXLANPort,
 			Learning:  true,
 		}
-		if err := b.nl.LinkAdd(vx); err != nil && !errors.Is(err, unix.EEXIST) {
-			return changed, fmt.Errorf("create VXLAN device %s (VNI %d): %w", name, want.VNI, err)
+		addErr := b.nl.LinkAdd(vx)
+		if addErr != nil && !errors.Is(addErr, unix.EEXIST) {
+			return changed, fmt.Errorf("create VXLAN device %s (VNI %d): %w", name, want.VNI, addErr)
 		}
 		if link, err = b.nl.LinkByName(name); err != nil {
+			if addErr != nil && isLinkNotFound(err) {
+				// EEXIST for a name that does not exist: the kernel allows
+				// one device per VNI, port and local address.
+				return changed, fmt.Errorf("create VXLAN device %s: VNI %d is taken by another VXLAN device in this network namespace (another cluster's?): %w", name, want.VNI, addErr)
+			}
 			return changed, fmt.Errorf("look up VXLAN device %s after creating it: %w", name, err)
 		}
 		changed = true
