@@ -8,6 +8,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -20,10 +21,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/controlplane"
@@ -241,4 +246,44 @@ func BackendMatches(ctx context.Context, list func(context.Context) (*samplecrdv
 	slices.Sort(want)
 	slices.Sort(got)
 	return len(want), len(got), converged && slices.Equal(want, got)
+}
+
+// ApplyManifests applies every object of a multi-document YAML stream (as
+// `netop manifests` prints), in its order, as `kubectl apply
+// --server-side` does.
+func ApplyManifests(ctx context.Context, cfg *rest.Config, manifests []byte) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	groups, err := restmapper.GetAPIGroupResources(kube.Discovery())
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for doc := range bytes.SplitSeq(manifests, []byte("---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return err
+		}
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
+			metav1.ApplyOptions{FieldManager: "kubectl", Force: true})
+		if err != nil {
+			// In order: a Role before its namespace fails here.
+			return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package install
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -13,11 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/backend/backendtest"
@@ -53,36 +48,7 @@ func applyManifests(t *testing.T, env *testenv.Env) {
 }
 
 func apply(ctx context.Context, env *testenv.Env) error {
-	groups, err := restmapper.GetAPIGroupResources(env.Kube.Discovery())
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		return err
-	}
-	for doc := range bytes.SplitSeq(config.All(""), []byte("---\n")) {
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			return err
-		}
-		gvk := obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
-		}
-		_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
-			metav1.ApplyOptions{FieldManager: "kubectl", Force: true})
-		if err != nil {
-			// In order: a Role before its namespace fails here.
-			return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
-		}
-	}
-	return nil
+	return testenv.ApplyManifests(ctx, env.Config, config.All(""))
 }
 
 // asServiceAccount is env's configuration impersonating netop's service

@@ -1,0 +1,195 @@
+package standalone
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/node"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// buildImage builds netop's image as `make image` does, into dir, under ref.
+func buildImage(t *testing.T, dir, ref string) string {
+	t.Helper()
+	static := filepath.Join(dir, "netop-static")
+	archive := filepath.Join(dir, "netop-image.tar")
+	build := exec.Command("go", "build", "-o", static, "github.com/netop-dev/netop/cmd/netop")
+	build.Env = append(build.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building netop: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("go", "run", "github.com/netop-dev/netop/hack/image", "--binary", static, "--tag", ref, "--out", archive).CombinedOutput(); err != nil {
+		t.Fatalf("building the image: %v\n%s", err, out)
+	}
+	return archive
+}
+
+// Issue 16, as a user installs netop on a cluster: a three-node
+// standalone without its own operator, netop's image built here and
+// served to the nodes, `netop manifests --image` applied. The controller's
+// two replicas and an agent per node run; a Network is ready on 3/3 nodes
+// with a bridge in every node's namespace; pods on two nodes reach each
+// other over the overlay. The leading controller killed, the other leads
+// within the lease; an agent killed, its node lags and converges; a node
+// removed, its bridges go and nobody else's.
+func TestNodesWithManifests(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	ctx := t.Context()
+	const ref = "netop.local/netop:test"
+	archive := buildImage(t, t.TempDir(), ref)
+	prefix := nettest.NetnsName("nn")
+	var netnss []string
+	for i := 1; i <= 3; i++ {
+		netnss = append(netnss, fmt.Sprintf("%s-%d", prefix, i))
+	}
+	t.Cleanup(func() {
+		for _, ns := range netnss {
+			_ = nettest.DeleteNetns(ns)
+		}
+	})
+	sa := startStandaloneWith(t, "--data-dir", t.TempDir(), "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
+		"--operator=false", "--image-archive", archive, "--metrics-addr", "0")
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+	nodeNames := netnss // --node-name is the prefix too
+
+	if err := testenv.ApplyManifests(ctx, cfg, config.All(ref)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		d, err := kube.AppsV1().Deployments("netop-system").Get(ctx, "netop-controller", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ds, err := kube.AppsV1().DaemonSets("netop-system").Get(ctx, "netop-agent", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Status.ReadyReplicas == 2 && ds.Status.NumberReady == 3,
+			fmt.Sprintf("controller %d/2 ready, agents %d/3 ready", d.Status.ReadyReplicas, ds.Status.NumberReady)
+	})
+
+	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.150.0.0/24"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitNodes := func(summary string, ready metav1.ConditionStatus, lagging string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			n, err := nets.Get(ctx, network.Name, metav1.GetOptions{})
+			if err != nil || n.Status.Nodes == nil || len(n.Status.Conditions) == 0 {
+				return false, fmt.Sprintf("%+v %v", n.Status, err)
+			}
+			c := n.Status.Conditions[0]
+			return n.Status.Nodes.Summary == summary && c.Status == ready && strings.Contains(c.Message, lagging),
+				fmt.Sprintf("nodes %s, Ready=%s %s: %s; want %s, Ready=%s naming %q", n.Status.Nodes.Summary, c.Status, c.Reason, c.Message, summary, ready, lagging)
+		})
+	}
+	waitNodes("3/3", metav1.ConditionTrue, "")
+	bridge := linux.BridgeName(network.UID)
+	hasBridge := func(netns string) bool {
+		return exec.Command("ip", "-n", netns, "link", "show", bridge).Run() == nil
+	}
+	for _, ns := range netnss {
+		if !hasBridge(ns) {
+			t.Errorf("node namespace %s has no bridge %s", ns, bridge)
+		}
+	}
+
+	// Pods on nodes 1 and 3 reach each other over the overlay.
+	addrs := map[string]string{}
+	for _, i := range []int{0, 2} {
+		p := busyboxPod(fmt.Sprintf("on-%d", i+1), corev1.RestartPolicyAlways, "sleep 3600")
+		p.Spec.NodeName = nodeNames[i]
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: network.Name}
+		runPod(t, kube, p)
+		waitRunning(t, kube, p.Name, "c")
+		fields := strings.Fields(execIn(t, cfg, kube, p.Name, "sh", "-c", "ip -4 -o addr show dev net1"))
+		if len(fields) < 4 {
+			t.Fatalf("pod %s: net1 %q", p.Name, fields)
+		}
+		addrs[p.Name] = strings.TrimSuffix(fields[3], "/24")
+	}
+	execIn(t, cfg, kube, "on-1", "ping", "-c", "1", "-W", "3", addrs["on-3"])
+
+	// The leading controller killed: the other replica leads within the
+	// lease (15 s), and Networks made after are built once on each node.
+	lease, err := kube.CoordinationV1().Leases("netop-system").Get(ctx, "netop", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("lease: %+v %v", lease, err)
+	}
+	leader, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	if err := kube.CoreV1().Pods("netop-system").Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func(ctx context.Context) (bool, string) {
+		lease, err := kube.CoordinationV1().Leases("netop-system").Get(ctx, "netop", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return false, fmt.Sprint(err)
+		}
+		holder, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+		return holder != "" && holder != leader, fmt.Sprintf("lease held by %q after %s was killed", holder, leader)
+	})
+	after, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "after"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.151.0.0/24"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		n, err := nets.Get(ctx, after.Name, metav1.GetOptions{})
+		return err == nil && n.Status.Nodes != nil && n.Status.Nodes.Summary == "3/3", fmt.Sprintf("after the failover: %+v %v", n.Status.Nodes, err)
+	})
+	for _, ns := range netnss {
+		out, _ := exec.Command("ip", "-n", ns, "-br", "link", "show", "type", "bridge").Output()
+		if got := strings.Count(string(out), linux.BridgeName(after.UID)); got != 1 {
+			t.Errorf("node namespace %s has %d bridges of the Network made after the failover", ns, got)
+		}
+	}
+
+	// An agent killed: its node lags, by name, until the DaemonSet's new
+	// pod has built and reported.
+	agents, err := kube.CoreV1().Pods("netop-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent",
+		FieldSelector: "spec.nodeName=" + nodeNames[1]})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("agent of %s: %v %v", nodeNames[1], agents, err)
+	}
+	if err := kube.CoreV1().Pods("netop-system").Delete(ctx, agents.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitNodes("2/3", metav1.ConditionFalse, nodeNames[1]+": its agent's pod")
+	waitNodes("3/3", metav1.ConditionTrue, "")
+
+	// A node removed: its report goes, its agent removes its bridges, the
+	// others keep theirs and reach each other.
+	if err := kube.CoreV1().Nodes().Delete(ctx, nodeNames[2], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNodes("2/2", metav1.ConditionTrue, "")
+	testenv.Eventually(t, 60*time.Second, func(context.Context) (bool, string) {
+		return !hasBridge(netnss[2]), "the removed node still has the bridge"
+	})
+	for _, ns := range netnss[:2] {
+		if !hasBridge(ns) {
+			t.Errorf("node namespace %s lost its bridge when another node was removed", ns)
+		}
+	}
+	sa.stop(t)
+}
