@@ -48,6 +48,9 @@ type Metrics struct {
 	BackendDuration   *prometheus.HistogramVec
 	BackendChanges    *prometheus.CounterVec
 	APIWrites         *prometheus.CounterVec
+	// APIRequests counts every request to the API server, reads and
+	// watches included, by verb (the HTTP method).
+	APIRequests *prometheus.CounterVec
 	Startup           *prometheus.GaugeVec
 	// WebhookRejected counts admission reviews refused with 429 by the
 	// webhook server's limits, by limit (in_flight, bytes).
@@ -90,6 +93,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "backend_changes_total",
 			Help: "Backend networks created, updated or deleted, by backend and action.",
 		}, []string{"backend", "action"}),
+		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_requests_total",
+			Help: "Requests sent to the API server, reads and watches included, by HTTP method.",
+		}, []string{"method"}),
 		APIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "api_writes_total",
 			Help: "Requests that change state sent to the API server, by verb and resource.",
@@ -130,7 +137,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.Startup, m.WebhookRejected, m.Leader,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.Startup, m.WebhookRejected, m.Leader,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)
@@ -155,6 +162,7 @@ func (m *Metrics) ObserveBackend(backend, operation string, d time.Duration, err
 // changes state is counted by verb and resource.
 func (m *Metrics) CountWrites(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		m.APIRequests.WithLabelValues(req.Method).Inc()
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:

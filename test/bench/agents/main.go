@@ -1,0 +1,402 @@
+// Command agents measures netop on a cluster of many nodes (as root): N
+// agents (`netop agent` processes, each building in a network namespace of
+// its own, on an underlay, with a Node object but no kubelet) and one
+// `netop controller` against one embedded control plane, with M Networks.
+// It reports the time from creating the Networks to all of them Ready on
+// all nodes, each agent's API requests and writes until converged, in a
+// quiet minute after, and across a restart of every agent, and the CPU and
+// memory of the controller and the agents. It prints a table and a JSON
+// line.
+//
+//	go run ./test/bench/agents [--agents 50] [--networks 1000]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netop-dev/netop/internal/controlplane"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/node"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+type result struct {
+	Date     string `json:"date"`
+	CPUs     int    `json:"cpus"`
+	Agents   int    `json:"agents"`
+	Networks int    `json:"networks"`
+	// AllReadyS is from the first create to every Network Ready on
+	// every node.
+	AllReadyS float64 `json:"allReadyS"`
+	// Per agent, mean and max: from its start to converged, in a quiet
+	// minute after, and from a restart to converged again.
+	StartRequests   stat `json:"startRequests"`
+	StartWrites     stat `json:"startWrites"`
+	SteadyRequests  stat `json:"steadyRequests"`
+	SteadyWrites    stat `json:"steadyWrites"`
+	RestartRequests stat `json:"restartRequests"`
+	RestartWrites   stat `json:"restartWrites"`
+	// CPU seconds and resident memory (MiB), at the end of the first
+	// convergence.
+	ControllerCPUS   float64 `json:"controllerCPUS"`
+	ControllerRSSMiB float64 `json:"controllerRSSMiB"`
+	AgentCPUS        stat    `json:"agentCPUS"`
+	AgentRSSMiB      stat    `json:"agentRSSMiB"`
+	ControllerWrites float64 `json:"controllerWrites"`
+}
+
+type stat struct {
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+}
+
+func statOf(values []float64) stat {
+	var s stat
+	for _, v := range values {
+		s.Mean += v / float64(len(values))
+		s.Max = max(s.Max, v)
+	}
+	return s
+}
+
+func main() {
+	agents := flag.Int("agents", 50, "node agents, each a process with a network namespace of its own")
+	networks := flag.Int("networks", 1000, "Networks")
+	flag.Parse()
+	if err := run(*agents, *networks); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// proc is a netop process and its metrics address.
+type proc struct {
+	cmd     *exec.Cmd
+	metrics string
+}
+
+func start(args []string, metrics, logPath string) (*proc, error) {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &proc{cmd: cmd, metrics: metrics}, nil
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// metric sums the samples of a metric family on the process's /metrics.
+func (p *proc) metric(name string) float64 {
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ' {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func (p *proc) ready() bool {
+	resp, err := http.Get("http://" + p.metrics + "/readyz")
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// usage is the process's CPU seconds and resident memory in MiB.
+func (p *proc) usage() (cpu, rssMiB float64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err == nil {
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		cpu = (utime + stime) / 100 // USER_HZ
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err == nil {
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				rssMiB = kb / 1024
+			}
+		}
+	}
+	return cpu, rssMiB
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func run(agentCount, networkCount int) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "netop-bench-agents-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	binary := filepath.Join(dir, "netop")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop").CombinedOutput(); err != nil {
+		return fmt.Errorf("build: %w\n%s", err, out)
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	if err := install.CRDs(ctx, cfg); err != nil {
+		return err
+	}
+	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
+		return err
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+
+	// The nodes: a namespace each on an underlay, and a Node object with
+	// its address.
+	names := make([]string, agentCount)
+	netnss := make([]string, agentCount)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%d", i+1)
+		netnss[i] = fmt.Sprintf("netop-bench-%d", i+1)
+	}
+	underlay, err := node.NewUnderlay(netip.MustParsePrefix("10.253.0.0/24"), netnss, netip.MustParseAddr(controlplane.KubernetesServiceIP))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		underlay.Remove()
+		for _, ns := range netnss {
+			_ = exec.Command("ip", "netns", "delete", ns).Run()
+		}
+	}()
+	for i, name := range names {
+		n, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: underlay.Nodes[i].Address.String()}}
+		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+
+	controllerAddr := freePort()
+	controller, err := start([]string{binary, "controller", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
+		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
+		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr}, controllerAddr, filepath.Join(dir, "controller.log"))
+	if err != nil {
+		return err
+	}
+	defer controller.stop()
+	startAgent := func(i int) (*proc, error) {
+		addr := freePort()
+		return start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
+			"--metrics-addr", addr}, addr, filepath.Join(dir, names[i]+".log"))
+	}
+	agents := make([]*proc, agentCount)
+	for i := range agents {
+		if agents[i], err = startAgent(i); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, a := range agents {
+			a.stop()
+		}
+	}()
+	waitReady := func(procs []*proc) error {
+		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+			for _, p := range procs {
+				if !p.ready() {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+	if err := waitReady(append(slices.Clone(agents), controller)); err != nil {
+		return fmt.Errorf("netop processes not ready: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "%d agents and the controller ready; creating %d Networks\n", agentCount, networkCount)
+
+	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount}
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, networkCount)
+	sem := make(chan struct{}, 32)
+	for i := range networkCount {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i)},
+				Spec: samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)}}
+			if _, err := nets.Create(ctx, n, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return fmt.Errorf("creating Networks: %w", err)
+	}
+	want := fmt.Sprintf("%d/%d", agentCount, agentCount)
+	allReady := func() (bool, string) {
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, n := range list.Items {
+			if n.Status.Nodes != nil && n.Status.Nodes.Summary == want && len(n.Status.Conditions) > 0 && n.Status.Conditions[0].Status == metav1.ConditionTrue {
+				ready++
+			}
+		}
+		return ready == networkCount, fmt.Sprintf("%d of %d Ready on %s", ready, networkCount, want)
+	}
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(context.Context) (bool, error) {
+		ok, msg := allReady()
+		if msg != last {
+			fmt.Fprintf(os.Stderr, "%5.0fs %s\n", time.Since(began).Seconds(), msg)
+			last = msg
+		}
+		return ok, nil
+	}); err != nil {
+		return fmt.Errorf("not all Ready: %s", last)
+	}
+	res.AllReadyS = time.Since(began).Seconds()
+	// The agents' last report may still be on its way: converged is when
+	// no agent writes for a few seconds.
+	quiet := func() ([]float64, []float64) {
+		var writes, requests []float64
+		prev := -1.0
+		for {
+			writes, requests = nil, nil
+			total := 0.0
+			for _, a := range agents {
+				w := a.metric("netop_api_writes_total")
+				writes = append(writes, w)
+				requests = append(requests, a.metric("netop_api_requests_total"))
+				total += w
+			}
+			if total == prev {
+				return writes, requests
+			}
+			prev = total
+			time.Sleep(5 * time.Second)
+		}
+	}
+	startWrites, startRequests := quiet()
+	res.StartWrites, res.StartRequests = statOf(startWrites), statOf(startRequests)
+	res.ControllerWrites = controller.metric("netop_api_writes_total")
+	res.ControllerCPUS, res.ControllerRSSMiB = controller.usage()
+	var cpus, rss []float64
+	for _, a := range agents {
+		c, r := a.usage()
+		cpus, rss = append(cpus, c), append(rss, r)
+	}
+	res.AgentCPUS, res.AgentRSSMiB = statOf(cpus), statOf(rss)
+
+	fmt.Fprintln(os.Stderr, "converged; a quiet minute")
+	time.Sleep(time.Minute)
+	steadyWrites, steadyRequests := quiet()
+	res.SteadyWrites = statOf(diff(steadyWrites, startWrites))
+	res.SteadyRequests = statOf(diff(steadyRequests, startRequests))
+
+	fmt.Fprintln(os.Stderr, "restarting every agent")
+	for i, a := range agents {
+		a.stop()
+		if agents[i], err = startAgent(i); err != nil {
+			return err
+		}
+	}
+	if err := waitReady(agents); err != nil {
+		return fmt.Errorf("agents not ready after the restart: %w", err)
+	}
+	restartWrites, restartRequests := quiet()
+	res.RestartWrites, res.RestartRequests = statOf(restartWrites), statOf(restartRequests)
+	if ok, msg := allReady(); !ok {
+		return fmt.Errorf("after the restart: %s", msg)
+	}
+
+	fmt.Printf("%d agents, %d Networks, %d CPUs, %s\n", agentCount, networkCount, res.CPUs, res.Date)
+	fmt.Printf("%-44s %10s %10s\n", "", "mean", "max")
+	row := func(name string, s stat) { fmt.Printf("%-44s %10.1f %10.1f\n", name, s.Mean, s.Max) }
+	fmt.Printf("%-44s %10.1f\n", "all Ready on all nodes (s)", res.AllReadyS)
+	row("agent API requests, start to converged", res.StartRequests)
+	row("agent API writes, start to converged", res.StartWrites)
+	row("agent API requests, quiet minute", res.SteadyRequests)
+	row("agent API writes, quiet minute", res.SteadyWrites)
+	row("agent API requests, restart to converged", res.RestartRequests)
+	row("agent API writes, restart to converged", res.RestartWrites)
+	row("agent CPU (s) to converged", res.AgentCPUS)
+	row("agent RSS (MiB)", res.AgentRSSMiB)
+	fmt.Printf("%-44s %10.1f\n", "controller API writes", res.ControllerWrites)
+	fmt.Printf("%-44s %10.1f\n", "controller CPU (s)", res.ControllerCPUS)
+	fmt.Printf("%-44s %10.1f\n", "controller RSS (MiB)", res.ControllerRSSMiB)
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	return nil
+}
+
+func diff(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
