@@ -51,7 +51,7 @@ type Metrics struct {
 	// APIRequests counts every request to the API server, reads and
 	// watches included, by verb (the HTTP method).
 	APIRequests *prometheus.CounterVec
-	Startup           *prometheus.GaugeVec
+	Startup     *prometheus.GaugeVec
 	// WebhookRejected counts admission reviews refused with 429 by the
 	// webhook server's limits, by limit (in_flight, bytes).
 	WebhookRejected *prometheus.CounterVec
