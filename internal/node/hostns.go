@@ -37,32 +37,44 @@ func inNetns(netns string, args []string) []string {
 // listenIn listens on addr in the named network namespace. The socket
 // stays in that namespace whatever thread later uses it.
 func listenIn(name, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		return nil, fmt.Errorf("this thread's network namespace: %w", err)
-	}
-	defer func() { _ = host.Close() }()
 	target, err := netns.GetFromName(name)
 	if err != nil {
 		return nil, fmt.Errorf("network namespace %s: %w", name, err)
 	}
 	defer func() { _ = target.Close() }()
-	if err := netns.Set(target); err != nil {
-		return nil, fmt.Errorf("entering network namespace %s: %w", name, err)
-	}
-	l, listenErr := net.Listen("tcp", addr)
-	if err := netns.Set(host); err != nil {
-		// The thread is unusable: LockOSThread without Unlock makes the
-		// runtime end it with this goroutine.
-		runtime.LockOSThread()
-		return nil, errors.Join(listenErr, fmt.Errorf("leaving network namespace %s: %w", name, err))
-	}
-	if listenErr != nil {
-		return nil, fmt.Errorf("listening on %s in network namespace %s: %w", addr, name, listenErr)
+	var l net.Listener
+	err = inNamespace(target, func() (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s in network namespace %s: %w", addr, name, err)
 	}
 	return l, nil
+}
+
+// inNamespace runs f on a thread in the network namespace ns, then puts
+// the thread back in its own namespace; a thread that cannot go back ends
+// with the goroutine instead of serving others from the wrong namespace.
+func inNamespace(ns netns.NsHandle, f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("this thread's network namespace: %w", err)
+	}
+	defer func() { _ = host.Close() }()
+	if err := netns.Set(ns); err != nil {
+		return fmt.Errorf("entering network namespace: %w", err)
+	}
+	fErr := f()
+	if err := netns.Set(host); err != nil {
+		// LockOSThread without its Unlock makes the runtime end the
+		// thread with this goroutine.
+		runtime.LockOSThread()
+		return errors.Join(fErr, fmt.Errorf("leaving network namespace: %w", err))
+	}
+	return fErr
 }
 
 // forwarder copies the connections of its listeners to their targets.

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -138,22 +137,7 @@ func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host, service
 // sysctlIn writes a sysctl of the network namespace ns: /proc/sys/net is
 // the calling thread's namespace's.
 func sysctlIn(ns netns.NsHandle, path, value string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = host.Close() }()
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	writeErr := os.WriteFile(path, []byte(value), 0o644)
-	if err := netns.Set(host); err != nil {
-		runtime.LockOSThread() // the thread ends with the goroutine
-		return errors.Join(writeErr, err)
-	}
-	return writeErr
+	return inNamespace(ns, func() error { return os.WriteFile(path, []byte(value), 0o644) })
 }
 
 // Remove deletes the underlay bridge, which takes the nodes' veths and the

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -39,6 +40,8 @@ type Overlay struct {
 
 	mu    sync.Mutex
 	peers []netip.Addr
+	// underlay is the index of the interface with Local, once found.
+	underlay atomic.Int32
 }
 
 // SetPeers replaces the other nodes' underlay addresses; the next Ensure of
@@ -75,23 +78,42 @@ func (o *Overlay) overhead() int {
 }
 
 // underlayMTU is the MTU of the interface that carries the local address.
+// That interface is looked for once, in one address dump, and then only
+// checked: with a bridge per Network, looking at every link's addresses
+// for every VXLAN device made would cost a dump per link per Network.
 func (b *Backend) underlayMTU() (int, error) {
-	links, err := retryDump(b.nl.LinkList)
-	if err != nil {
-		return 0, fmt.Errorf("list links: %w", err)
-	}
-	for _, l := range links {
-		addrs, err := b.nl.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			continue
+	if index := int(b.overlay.underlay.Load()); index != 0 {
+		if link, err := b.nl.LinkByIndex(index); err == nil && b.hasLocal(link) {
+			return link.Attrs().MTU, nil
 		}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == b.overlay.Local {
-				return l.Attrs().MTU, nil
+	}
+	addrs, err := b.addrList(nil)
+	if err != nil {
+		return 0, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == b.overlay.Local {
+			link, err := b.nl.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return 0, fmt.Errorf("look up the underlay interface: %w", err)
 			}
+			b.overlay.underlay.Store(int32(a.LinkIndex))
+			return link.Attrs().MTU, nil
 		}
 	}
 	return 0, fmt.Errorf("no interface in this network namespace has the underlay address %s", b.overlay.Local)
+}
+
+// hasLocal reports whether link carries the overlay's local address.
+func (b *Backend) hasLocal(link netlink.Link) bool {
+	addrs, err := b.addrList(link)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(addrs, func(a netlink.Addr) bool {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		return ok && ip.Unmap() == b.overlay.Local
+	})
 }
 
 // ensureVXLAN converges the VXLAN port of bridge to want.VNI and the

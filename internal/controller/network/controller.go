@@ -157,10 +157,10 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		addresses: opts.Addresses,
 		report:    opts.Report,
 		nodes:     opts.Nodes,
-		vnis:      newVNIPool(),
 		overlay:   opts.Overlay,
 	}
 	if c.nodes != nil {
+		c.vnis = newVNIPool()
 		c.nodes.OnChange(c.nodesChanged)
 	}
 	var err error

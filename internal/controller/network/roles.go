@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -59,7 +60,7 @@ const laggingNames = 3
 // agent reports whether the controller is a node's agent.
 func (c *Controller) agent() bool { return c.report != nil }
 
-// report records an agent's outcome for n in its node's report: ready,
+// reportOutcome records an agent's outcome for n in its node's report: ready,
 // failed, or, for a Network that is not to be built (it overlaps an older
 // one), nothing.
 func (c *Controller) reportOutcome(n *samplecrdv1.Network, ready metav1.ConditionStatus, reason, message string) {
@@ -97,33 +98,32 @@ func (c *Controller) removeGone(ctx context.Context, name cache.ObjectName) erro
 // condition that follows from it, for a Network whose backend network is
 // otherwise provisioned.
 func (c *Controller) setNodes(n *samplecrdv1.Network, provisioned string) (metav1.ConditionStatus, string, string) {
-	if c.nodes == nil {
-		return metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, provisioned
+	nodes, ready, reason, msg := c.nodeReadiness(n, provisioned)
+	if nodes != nil {
+		n.Status.Nodes = nodes
 	}
-	ready, total, lagging := c.nodes.Nodes(n, laggingNames)
-	n.Status.Nodes = &samplecrdv1.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
-	switch {
-	case total == 0:
-		return metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, "no node runs netop's agent yet"
-	case ready < total:
-		msg := fmt.Sprintf("ready on %d of %d nodes; lagging: %s", ready, total, joinLagging(lagging, int(total-ready)))
-		return metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, msg
-	}
-	return metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes", provisioned, ready, total)
+	return ready, reason, msg
 }
 
-func joinLagging(lagging []string, count int) string {
-	s := ""
-	for i, l := range lagging {
-		if i > 0 {
-			s += "; "
+// nodeReadiness is what setNodes puts in n's status: the nodes' count
+// (nil without agents) and the Ready condition.
+func (c *Controller) nodeReadiness(n *samplecrdv1.Network, provisioned string) (*samplecrdv1.NetworkNodes, metav1.ConditionStatus, string, string) {
+	if c.nodes == nil {
+		return nil, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, provisioned
+	}
+	ready, total, lagging := c.nodes.Nodes(n, laggingNames)
+	nodes := &samplecrdv1.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
+	switch {
+	case total == 0:
+		return nodes, metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, "no node runs netop's agent yet"
+	case ready < total:
+		named := strings.Join(lagging, "; ")
+		if more := int(total-ready) - len(lagging); more > 0 {
+			named += fmt.Sprintf("; and %d more", more)
 		}
-		s += l
+		return nodes, metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, fmt.Sprintf("ready on %d of %d nodes; lagging: %s", ready, total, named)
 	}
-	if more := count - len(lagging); more > 0 {
-		s += fmt.Sprintf("; and %d more", more)
-	}
-	return s
+	return nodes, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes", provisioned, ready, total)
 }
 
 // nodesInSync reports whether a provisioned n's status shows the nodes'
@@ -133,9 +133,8 @@ func (c *Controller) nodesInSync(n *samplecrdv1.Network) bool {
 	if c.nodes == nil || ready == nil || (ready.Reason != samplecrdv1.ReasonProvisioned && ready.Reason != samplecrdv1.ReasonNodesNotReady) {
 		return true
 	}
-	want := n.DeepCopy()
-	status, reason, _ := c.setNodes(want, "")
-	return apiequality.Semantic.DeepEqual(want.Status.Nodes, n.Status.Nodes) && ready.Status == status && ready.Reason == reason
+	nodes, status, reason, _ := c.nodeReadiness(n, "")
+	return apiequality.Semantic.DeepEqual(nodes, n.Status.Nodes) && ready.Status == status && ready.Reason == reason
 }
 
 // nodesChanged enqueues the Networks whose readiness on some node changed;
