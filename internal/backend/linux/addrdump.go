@@ -13,23 +13,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// handle is a netlink handle whose AddrList of one link asks the kernel for
-// that link's addresses only.
+// handle is a netlink handle whose AddrList and NeighList of one link ask
+// the kernel for that link's entries only.
 //
-// netlink.Handle.AddrList dumps every address in the namespace and filters
-// in Go: with N bridges each Ensure reads N addresses, and creating N
-// bridges costs O(N²) (10000 bridges took minutes). The kernel filters a
-// dump by ifa_index only on a socket with NETLINK_GET_STRICT_CHK (Linux
-// 4.20), which netlink.Handle's AddrList does not fill in, so the filtered
-// dump goes over a socket of its own.
+// netlink.Handle.AddrList and NeighList dump every entry in the namespace
+// and filter in Go: with N bridges each Ensure reads N addresses, and
+// creating N bridges costs O(N²) (10000 bridges took minutes); with an
+// overlay, every VXLAN device's flooding entries are read for each one
+// checked. The kernel filters an address dump by ifa_index, and a
+// forwarding entry dump by ndm_ifindex, only on a socket with
+// NETLINK_GET_STRICT_CHK (Linux 4.20), which netlink.Handle does not set,
+// so filtered dumps go over a socket of their own.
 type handle struct {
 	*netlink.Handle
-	// addrDump is nil where the kernel refuses strict checking; AddrList
-	// then falls back to the full dump.
-	addrDump *nl.SocketHandle
-	// foreign counts addresses of other links that a filtered dump
-	// returned, which a kernel honouring the index never does.
-	foreign atomic.Int64
+	// filtered is nil where the kernel refuses strict checking; AddrList
+	// and NeighList then fall back to the full dump.
+	filtered *nl.SocketHandle
+	// foreign counts entries of other links that a filtered dump
+	// returned, which a kernel honouring the index never does; dumps
+	// counts the filtered dumps made.
+	foreign, dumps atomic.Int64
 }
 
 // newHandle opens the handle in ns. strict is false where the kernel
@@ -52,7 +55,7 @@ func newHandle(ns netns.NsHandle) (h *handle, strict bool, err error) {
 	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
 		nh.Close()
-		return nil, false, fmt.Errorf("open address dump socket: %w", err)
+		return nil, false, fmt.Errorf("open filtered dump socket: %w", err)
 	}
 	if err := unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1); err != nil {
 		s.Close()
@@ -61,7 +64,7 @@ func newHandle(ns netns.NsHandle) (h *handle, strict bool, err error) {
 	tv := unix.NsecToTimeval(socketTimeout.Nanoseconds())
 	_ = s.SetSendTimeout(&tv)    // cannot fail: it only stores the value
 	_ = s.SetReceiveTimeout(&tv) // likewise
-	h.addrDump = &nl.SocketHandle{Socket: s}
+	h.filtered = &nl.SocketHandle{Socket: s}
 	return h, true, nil
 }
 
@@ -70,8 +73,8 @@ const socketTimeout = time.Minute
 
 // Close closes both sockets.
 func (h *handle) Close() {
-	if h.addrDump != nil {
-		h.addrDump.Socket.Close()
+	if h.filtered != nil {
+		h.filtered.Socket.Close()
 	}
 	h.Handle.Close()
 }
@@ -86,12 +89,13 @@ func (h *handle) Delete() { h.Close() }
 // gone is an error (ENODEV). Of all links, or without strict checking, it
 // is netlink.Handle.AddrList.
 func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	if link == nil || link.Attrs().Index <= 0 || h.addrDump == nil {
+	if link == nil || link.Attrs().Index <= 0 || h.filtered == nil {
 		return h.Handle.AddrList(link, family)
 	}
 	index := link.Attrs().Index
+	h.dumps.Add(1)
 	req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.addrDump}
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.filtered}
 	msg := nl.NewIfAddrmsg(family)
 	msg.Index = uint32(index)
 	req.AddData(msg)
@@ -126,6 +130,46 @@ func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
 		return nil, parseErr
 	}
 	return addrs, err
+}
+
+// NeighList lists the forwarding entries (family AF_BRIDGE) of the link
+// with linkIndex; any other family, or without strict checking, is
+// netlink.Handle.NeighList.
+func (h *handle) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
+	if family != unix.AF_BRIDGE || linkIndex <= 0 || h.filtered == nil {
+		return h.Handle.NeighList(linkIndex, family)
+	}
+	h.dumps.Add(1)
+	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, unix.NLM_F_DUMP)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.filtered}
+	// A strict forwarding entry dump takes the port's index from the
+	// header and refuses any other field set there.
+	req.AddData(&netlink.Ndmsg{Family: unix.AF_BRIDGE, Index: uint32(linkIndex)})
+
+	var (
+		neighs   []netlink.Neigh
+		parseErr error
+	)
+	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH, func(m []byte) bool {
+		n, err := netlink.NeighDeserialize(m)
+		if err != nil {
+			parseErr = fmt.Errorf("parse forwarding entry: %w", err)
+			return false
+		}
+		if n.LinkIndex != linkIndex {
+			h.foreign.Add(1)
+			return true
+		}
+		neighs = append(neighs, *n)
+		return true
+	})
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return nil, err
+	}
+	if parseErr != nil {
+		return nil, parseErr
+	}
+	return neighs, err
 }
 
 // parseAddrMsg decodes an RTM_NEWADDR message of at least

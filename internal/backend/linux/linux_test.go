@@ -888,7 +888,7 @@ func TestNetnsLifecycle(t *testing.T) {
 // the addresses of every other link.
 func TestAddrListOfOneLink(t *testing.T) {
 	e := newTestEnv(t)
-	if e.b.handle.addrDump == nil {
+	if e.b.handle.filtered == nil {
 		t.Skip("this kernel has no NETLINK_GET_STRICT_CHK; AddrList falls back to the full dump")
 	}
 	links := make([]netlink.Link, 20)
@@ -963,6 +963,73 @@ func TestAddrListOfOneLink(t *testing.T) {
 	}
 	if _, err := e.b.handle.AddrList(gone, netlink.FAMILY_ALL); err == nil {
 		t.Errorf("AddrList of a deleted link succeeded")
+	}
+}
+
+// TestNeighListOfOneLink checks that the backend's forwarding entries of
+// one VXLAN device equal netlink's own, and that the kernel, not a filter
+// in Go, left out every other device's.
+func TestNeighListOfOneLink(t *testing.T) {
+	e := newTestEnv(t)
+	if e.b.handle.filtered == nil {
+		t.Skip("this kernel has no NETLINK_GET_STRICT_CHK; NeighList falls back to the full dump")
+	}
+	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	vxlans := make([]netlink.Link, 5)
+	for i := range vxlans {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("fdbbr%d", i), Flags: net.FlagUp}}
+		e.addLink(t, br, "")
+		vxlans[i] = &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("fdbvx%d", i), MasterIndex: br.Index, Flags: net.FlagUp},
+			VxlanId: 100 + i, Port: VXLANPort, Learning: true}
+		e.addLink(t, vxlans[i], "")
+		for p := range 3 {
+			n := &netlink.Neigh{LinkIndex: vxlans[i].Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+				Flags: netlink.NTF_SELF, HardwareAddr: zero, IP: net.IPv4(192, 0, 2, byte(10*i+p))}
+			if err := e.hand.NeighAppend(n); err != nil {
+				t.Fatalf("add forwarding entry: %v", err)
+			}
+		}
+	}
+	key := func(n netlink.Neigh) string {
+		return fmt.Sprintf("%s %s link=%d flags=%#x state=%#x", n.HardwareAddr, n.IP, n.LinkIndex, n.Flags, n.State)
+	}
+	keys := func(ns []netlink.Neigh) []string {
+		out := make([]string, len(ns))
+		for i := range ns {
+			out[i] = key(ns[i])
+		}
+		slices.Sort(out)
+		return out
+	}
+	dumps := e.b.handle.dumps.Load()
+	for _, vx := range []netlink.Link{vxlans[0], vxlans[3]} {
+		index := vx.Attrs().Index
+		want, err := retryDump(func() ([]netlink.Neigh, error) { return e.hand.NeighList(index, unix.AF_BRIDGE) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := retryDump(func() ([]netlink.Neigh, error) { return e.b.handle.NeighList(index, unix.AF_BRIDGE) })
+		if err != nil {
+			t.Fatalf("NeighList(%s): %v", vx.Attrs().Name, err)
+		}
+		if g, w := keys(got), keys(want); !slices.Equal(g, w) {
+			t.Errorf("NeighList(%s):\n got %q\nwant %q", vx.Attrs().Name, g, w)
+		}
+		flooding := 0
+		for _, n := range got {
+			if n.HardwareAddr.String() == zero.String() {
+				flooding++
+			}
+		}
+		if flooding != 3 {
+			t.Errorf("NeighList(%s) has %d flooding entries, want 3: %q", vx.Attrs().Name, flooding, keys(got))
+		}
+	}
+	if n := e.b.handle.foreign.Load(); n != 0 {
+		t.Errorf("the kernel returned %d forwarding entries of other links: the dump was not filtered by index", n)
+	}
+	if n := e.b.handle.dumps.Load() - dumps; n < 2 {
+		t.Errorf("%d filtered dumps for 2 lists: the whole table was dumped and filtered in Go", n)
 	}
 }
 

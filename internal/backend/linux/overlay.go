@@ -185,7 +185,7 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 
 // ensureFlooding makes the VXLAN device flood to exactly the peers.
 func (b *Backend) ensureFlooding(link netlink.Link) (changed bool, err error) {
-	neighs, err := b.nl.NeighList(link.Attrs().Index, unix.AF_BRIDGE)
+	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return b.nl.NeighList(link.Attrs().Index, unix.AF_BRIDGE) })
 	if err != nil {
 		return false, fmt.Errorf("list forwarding entries of %s: %w", link.Attrs().Name, err)
 	}

@@ -240,7 +240,7 @@ func run(agentCount, networkCount int) error {
 	controllerAddr := freePort()
 	controller, err := start([]string{binary, "controller", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
 		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
-		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr}, controllerAddr, filepath.Join(dir, "controller.log"))
+		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr, "--profiling"}, controllerAddr, filepath.Join(dir, "controller.log"))
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func run(agentCount, networkCount int) error {
 	startAgent := func(i int) (*proc, error) {
 		addr := freePort()
 		return start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
-			"--metrics-addr", addr}, addr, filepath.Join(dir, names[i]+".log"))
+			"--metrics-addr", addr, "--profiling"}, addr, filepath.Join(dir, names[i]+".log"))
 	}
 	agents := make([]*proc, agentCount)
 	for i := range agents {
@@ -274,7 +274,7 @@ func run(agentCount, networkCount int) error {
 	if err := waitReady(append(slices.Clone(agents), controller)); err != nil {
 		return fmt.Errorf("netop processes not ready: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "%d agents and the controller ready; creating %d Networks\n", agentCount, networkCount)
+	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, controller.metrics, agents[0].metrics, networkCount)
 
 	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount}
 	began := time.Now()
