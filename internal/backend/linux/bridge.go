@@ -152,7 +152,9 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrd
 // if netop dies in between, the next Ensure adopts the unmarked bridge by
 // its derived name.
 func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error) {
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Flags: net.FlagUp}}
+	// Made down: converge turns IPv6 address generation off before it
+	// brings the bridge up.
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
 	err := b.nl.LinkAdd(br)
 	if errors.Is(err, unix.EEXIST) {
 		return nil, nil // converge decides whether it is ours
@@ -204,7 +206,7 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	}
 
 	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.nl.LinkSetUp(link); err != nil {
+		if err := b.setUp(link); err != nil {
 			return changed, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 		changed = true
@@ -265,6 +267,25 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	}
 	return changed, nil
 }
+
+// setUp brings link up without an IPv6 link-local address. netop's
+// bridges and VXLAN ports need none (an IPv6 gateway is a global address,
+// and pods are given their routes), and each one costs the namespace: the
+// kernel sends duplicate address detection, router solicitations and
+// multicast listener reports for it, and routes each of those packets
+// through a table holding a link-local route per device, so that N
+// Networks on a node cost O(N²) of soft interrupts as they come up
+// (most of the machine's time with 1000 Networks on 50 nodes). The mode
+// applies when the link comes up: a link already up keeps its address.
+func (b *Backend) setUp(link netlink.Link) error {
+	if err := b.nl.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+		return fmt.Errorf("turn IPv6 address generation off: %w", err)
+	}
+	return b.nl.LinkSetUp(link)
+}
+
+// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE: no link-local address.
+const addrGenModeNone = 1
 
 // kernelAddr reports whether an address on a bridge is the kernel's own,
 // which netop neither removes nor counts: IPv6 link-local addresses, which

@@ -66,6 +66,7 @@ type netlinkOps interface {
 	LinkDel(link netlink.Link) error
 	LinkSetAlias(link netlink.Link, alias string) error
 	LinkSetUp(link netlink.Link) error
+	LinkSetIP6AddrGenMode(link netlink.Link, mode int) error
 	AddrAdd(link netlink.Link, addr *netlink.Addr) error
 	AddrDel(link netlink.Link, addr *netlink.Addr) error
 	NeighList(linkIndex, family int) ([]netlink.Neigh, error)

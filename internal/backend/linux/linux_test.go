@@ -251,6 +251,11 @@ func (r *recordingOps) LinkSetAlias(l netlink.Link, a string) error {
 	return r.netlinkOps.LinkSetAlias(l, a)
 }
 
+func (r *recordingOps) LinkSetIP6AddrGenMode(l netlink.Link, mode int) error {
+	r.record("LinkSetIP6AddrGenMode")
+	return r.netlinkOps.LinkSetIP6AddrGenMode(l, mode)
+}
+
 func (r *recordingOps) LinkSetUp(l netlink.Link) error {
 	r.record("LinkSetUp")
 	return r.netlinkOps.LinkSetUp(l)
@@ -274,8 +279,16 @@ func TestEnsureCreatesBridge(t *testing.T) {
 
 	e.ensure(t, want, backend.ActionCreated)
 	e.checkBridge(t, want)
-	if got, wantCalls := rec.take(), []string{"LinkByName", "LinkAdd", "LinkSetAlias", "AddrList", "AddrAdd"}; !slices.Equal(got, wantCalls) {
+	if got, wantCalls := rec.take(), []string{"LinkByName", "LinkAdd", "LinkSetAlias", "LinkSetIP6AddrGenMode", "LinkSetUp", "AddrList", "AddrAdd"}; !slices.Equal(got, wantCalls) {
 		t.Errorf("creating Ensure made netlink calls %v, want %v", got, wantCalls)
+	}
+	// Up, without an IPv6 link-local address (see setUp).
+	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addrs, err := e.hand.AddrList(link, netlink.FAMILY_V6); err != nil || len(addrs) != 0 {
+		t.Errorf("IPv6 addresses on the bridge of an IPv4 Network: %v %v", addrs, err)
 	}
 
 	e.ensure(t, want, backend.ActionNone)

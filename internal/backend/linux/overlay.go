@@ -152,7 +152,7 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 			return changed, err
 		}
 		vx := &netlink.Vxlan{
-			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu - b.overlay.overhead(), MasterIndex: bridge.Attrs().Index, Flags: net.FlagUp},
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu - b.overlay.overhead(), MasterIndex: bridge.Attrs().Index},
 			VxlanId:   int(want.VNI),
 			SrcAddr:   b.overlay.Local.AsSlice(),
 			Port:      VXLANPort,
@@ -174,7 +174,8 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 		logger.Info("Created VXLAN device", "vxlan", name, "vni", want.VNI, "mtu", vx.MTU)
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := b.nl.LinkSetUp(link); err != nil {
+		// Made down, as bridges are, to come up without IPv6 link-local.
+		if err := b.setUp(link); err != nil {
 			return changed, fmt.Errorf("set VXLAN device %s up: %w", name, err)
 		}
 		changed = true
