@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
@@ -35,16 +36,44 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // DefaultImage is the image the manifests name unless told another.
 const DefaultImage = "ghcr.io/netop-dev/netop:latest"
 
+// The hosts' paths the manifests name unless told others: where the
+// agents install the CNI plugin and its kubeconfig.
+const (
+	DefaultCNIBinDir    = "/opt/cni/bin"
+	DefaultCNIConfigDir = "/etc/cni/net.d/netop.d"
+)
+
+// Options are what a cluster may need to change in the manifests; empty
+// fields keep the defaults.
+type Options struct {
+	// Image is the image the controller and the agents run.
+	Image string
+	// CNIBinDir is the nodes' CNI plugin directory, as their container
+	// runtime is configured.
+	CNIBinDir string
+	// CNIConfigDir is the nodes' directory for the CNI plugin's
+	// kubeconfig and token.
+	CNIConfigDir string
+}
+
 // All returns every manifest, CRDs first, as one multi-document YAML stream
 // that `kubectl apply -f -` takes: every object after what it needs (the
-// namespace before the Role in it). The controller and the agent run
-// image; "" means DefaultImage.
-func All(image string) []byte {
+// namespace before the Role in it).
+func All(o Options) []byte {
+	var replace []string
+	for _, r := range []struct{ prefix, from, to string }{
+		{"image: ", DefaultImage, o.Image}, {"", DefaultCNIBinDir, o.CNIBinDir}, {"", DefaultCNIConfigDir, o.CNIConfigDir},
+	} {
+		if r.to != "" {
+			replace = append(replace, r.prefix+r.from, r.prefix+r.to)
+		}
+	}
+	replacer := strings.NewReplacer(replace...)
 	var out bytes.Buffer
 	for _, dir := range []string{"crd", "namespace", "rbac", "manager"} {
 		for _, doc := range documents(dir) {
-			if image != "" {
-				doc = bytes.ReplaceAll(doc, []byte("image: "+DefaultImage), []byte("image: "+image))
+			if dir == "manager" {
+				doc = []byte(replacer.Replace(string(doc)))
 			}
 			out.WriteString("---\n")
 			out.Write(bytes.TrimSpace(doc))

@@ -60,20 +60,27 @@ func newRootCommand() *cobra.Command {
 }
 
 func newManifestsCommand() *cobra.Command {
-	image := config.DefaultImage
+	o := config.Options{Image: config.DefaultImage, CNIBinDir: config.DefaultCNIBinDir, CNIConfigDir: config.DefaultCNIConfigDir}
 	cmd := &cobra.Command{
 		Use:   "manifests",
 		Short: "Print the manifests that install netop on a cluster, for kubectl apply -f -: CRDs, RBAC, the controller Deployment and the agent DaemonSet",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := name.ParseReference(image, name.StrictValidation); err != nil {
-				return fmt.Errorf("--image %q: %w", image, err)
+			if _, err := name.ParseReference(o.Image, name.StrictValidation); err != nil {
+				return fmt.Errorf("--image %q: %w", o.Image, err)
 			}
-			_, err := cmd.OutOrStdout().Write(config.All(image))
+			for flag, dir := range map[string]string{"--cni-bin-dir": o.CNIBinDir, "--cni-config-dir": o.CNIConfigDir} {
+				if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+					return fmt.Errorf("%s %q: must be a clean absolute path on the nodes", flag, dir)
+				}
+			}
+			_, err := cmd.OutOrStdout().Write(config.All(o))
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&image, "image", image, "The netop image the controller and the agents run, as `make image` prints it.")
+	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The netop image the controller and the agents run, as `make image` prints it.")
+	cmd.Flags().StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The nodes' CNI plugin directory (their container runtime's), where the agents install netop-cni.")
+	cmd.Flags().StringVar(&o.CNIConfigDir, "cni-config-dir", o.CNIConfigDir, "The nodes' directory where the agents write the CNI plugin's kubeconfig and token.")
 	return cmd
 }
 

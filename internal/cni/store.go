@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/netop-dev/netop/internal/atomicfile"
 )
 
 // Store records on the node what ADD attached for each container, so that
@@ -66,23 +68,7 @@ func (s Store) Save(r Record) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.Dir, ".record-*")
-	if err != nil {
-		return fmt.Errorf("attachment records: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing the record of %s: %w", r.ContainerID, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("writing the record of %s: %w", r.ContainerID, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("writing the record of %s: %w", r.ContainerID, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"os"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,8 @@ type Operator struct {
 	// (agent role only).
 	report *agent.Report
 	nodes  kubeinformers.SharedInformerFactory
+	// cni installs the CNI plugin on the agent's host (--install-cni).
+	cni *agent.CNIInstall
 	// cluster is the cluster identity recorded on backend networks.
 	cluster string
 	// nads is the NetworkAttachmentDefinitions' cache, where Multus is.
@@ -159,7 +162,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return nil, err
 	}
 	if o.Role == RoleAgent {
-		if err := op.newAgent(ctx, client, cluster, recorder); err != nil {
+		if err := op.newAgent(ctx, cfg, client, cluster, recorder); err != nil {
 			return fail(err)
 		}
 		return op, nil
@@ -224,8 +227,22 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 // newAgent configures the node agent: the Network controller building the
 // node's bridges and reporting them in the node's NetworkNode. It writes
 // no Network, serves no webhook and needs no leader: each node has one.
-func (op *Operator) newAgent(ctx context.Context, client versioned.Interface, cluster string, recorder record.EventRecorder) error {
+func (op *Operator) newAgent(ctx context.Context, cfg *rest.Config, client versioned.Interface, cluster string, recorder record.EventRecorder) error {
 	o := op.opts
+	if o.InstallCNI {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--install-cni: find this binary: %w", err)
+		}
+		ca := cfg.CAData
+		if len(ca) == 0 && cfg.CAFile != "" {
+			if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+				return fmt.Errorf("--install-cni: the API server's CA: %w", err)
+			}
+		}
+		op.cni = &agent.CNIInstall{Executable: exe, BinDir: o.CNIBinDir, Kubeconfig: o.CNIKubeconfig, Server: cfg.Host, CAData: ca,
+			Namespace: o.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, TokenLifetime: o.CNITokenLifetime, Kube: op.kube}
+	}
 	op.report = agent.NewReport(client, op.kube, o.NodeName, o.AgentPod, reportDelay)
 	if err := op.report.Load(ctx); err != nil {
 		return err
@@ -475,6 +492,9 @@ func (op *Operator) Run(ctx context.Context) error {
 	case op.report != nil:
 		// An agent: no webhooks, no leader, its own node's report.
 		run("node report", op.report.Run)
+		if op.cni != nil {
+			run("CNI plugin install", op.cni.Run)
+		}
 		run("network controller", op.controller.Run)
 		run("node removal watch", func(ctx context.Context) error {
 			removed, err := agent.WaitNodeRemoved(ctx, op.kube, op.opts.NodeName)

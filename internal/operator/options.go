@@ -118,6 +118,14 @@ type Options struct {
 	// NetworkAttachmentDefinitions netop keeps where Multus runs.
 	CNIKubeconfig string
 	CNIDataDir    string
+	// InstallCNI makes the agent install the CNI plugin on its host: the
+	// binary into CNIBinDir and, at CNIKubeconfig, credentials of the
+	// service account CNIServiceAccount (in OperatorNamespace) renewed
+	// every CNITokenLifetime.
+	InstallCNI        bool
+	CNIBinDir         string
+	CNIServiceAccount string
+	CNITokenLifetime  time.Duration
 
 	// LeaderElect makes replicas elect one leader (a Lease in
 	// OperatorNamespace) that runs the controllers; every replica serves
@@ -153,8 +161,11 @@ func NewOptions() *Options {
 
 		InitializeWorkloads: true,
 
-		CNIKubeconfig: "/etc/cni/net.d/netop.d/netop.kubeconfig",
-		CNIDataDir:    "/var/lib/cni/netop",
+		CNIKubeconfig:     "/etc/cni/net.d/netop.d/netop.kubeconfig",
+		CNIDataDir:        "/var/lib/cni/netop",
+		CNIBinDir:         "/opt/cni/bin",
+		CNIServiceAccount: "netop-cni",
+		CNITokenLifetime:  24 * time.Hour,
 
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
@@ -207,6 +218,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // AddAgentFlags registers the agent's own options on fs.
 func (o *Options) AddAgentFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent runs on, as its Node object is named. Defaults to $NODE_NAME (the downward API's spec.nodeName).")
+	fs.BoolVar(&o.InstallCNI, "install-cni", o.InstallCNI, "Install netop's CNI plugin on the host: this binary as netop-cni in --cni-bin-dir, and at --cni-kubeconfig the plugin's kubeconfig with tokens of --cni-service-account, renewed before they expire.")
+	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
+	fs.StringVar(&o.CNIServiceAccount, "cni-service-account", o.CNIServiceAccount, "Service account in --operator-namespace whose tokens the CNI plugin reads pods with (--install-cni).")
+	fs.DurationVar(&o.CNITokenLifetime, "cni-token-lifetime", o.CNITokenLifetime, "How long each of the CNI plugin's tokens is valid (--install-cni); renewed at 80% of it.")
 }
 
 // Validate checks the options.
@@ -218,6 +233,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required: the agent reports on its node")
 	case o.Role == RoleAgent && o.Backend != string(samplecrdv1.BackendLinux):
 		return fmt.Errorf("--backend %q: the agent builds linux bridges; Neutron networks are the controller's", o.Backend)
+	case o.InstallCNI && (o.CNIBinDir == "" || o.CNIKubeconfig == "" || o.CNIServiceAccount == ""):
+		return fmt.Errorf("--install-cni needs --cni-bin-dir, --cni-kubeconfig and --cni-service-account")
+	case o.InstallCNI && o.CNITokenLifetime < 10*time.Minute:
+		return fmt.Errorf("--cni-token-lifetime %v: the API server issues tokens for at least 10m", o.CNITokenLifetime)
 	case o.QPS <= 0:
 		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.QPS)
 	case o.Burst < 1:

@@ -48,7 +48,7 @@ func applyManifests(t *testing.T, env *testenv.Env) {
 }
 
 func apply(ctx context.Context, env *testenv.Env) error {
-	return testenv.ApplyManifests(ctx, env.Config, config.All(""))
+	return testenv.ApplyManifests(ctx, env.Config, config.All(config.Options{}))
 }
 
 // asServiceAccount is env's configuration impersonating netop's service
@@ -149,6 +149,22 @@ func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 		{false, "list", "", "pods", "", ""},
 		{false, "get", "", "secrets", operatorNamespace, "netop-webhook-cert"},
 		{false, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
+		// Tokens for the CNI plugin, and for nobody else.
+		{true, "create", "", "serviceaccounts/token", operatorNamespace, "netop-cni"},
+		{false, "create", "", "serviceaccounts/token", operatorNamespace, "netop-agent"},
+		{false, "create", "", "serviceaccounts/token", operatorNamespace, "netop"},
+		{false, "create", "", "serviceaccounts/token", "kube-system", "netop-cni"},
+	})
+	// The CNI plugin, whose token lies on every host: it reads the pods it
+	// attaches, and nothing else.
+	wantAccess(t, env, "system:serviceaccount:"+operatorNamespace+":netop-cni", []access{
+		{true, "get", "", "pods", "default", "p"},
+		{true, "watch", "", "pods", "default", ""},
+		{false, "list", "", "pods", "", ""},
+		{false, "update", "", "pods", "default", "p"},
+		{false, "get", "", "secrets", "default", "s"},
+		{false, "get", "samplecrd.k8s.io", "networks", "default", "n"},
+		{false, "create", "", "serviceaccounts/token", operatorNamespace, "netop-cni"},
 	})
 }
 

@@ -1,8 +1,10 @@
 package standalone
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,11 +12,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/node"
@@ -23,11 +29,12 @@ import (
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
-// buildImage builds netop's image as `make image` does, into dir, under ref.
-func buildImage(t *testing.T, dir, ref string) string {
+// buildImage builds netop's image as `make image` does, into dir, under
+// ref; it returns the image archive and the binary in it.
+func buildImage(t *testing.T, dir, ref string) (archive, binary string) {
 	t.Helper()
 	static := filepath.Join(dir, "netop-static")
-	archive := filepath.Join(dir, "netop-image.tar")
+	archive = filepath.Join(dir, "netop-image.tar")
 	build := exec.Command("go", "build", "-o", static, "github.com/netop-dev/netop/cmd/netop")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -36,7 +43,7 @@ func buildImage(t *testing.T, dir, ref string) string {
 	if out, err := exec.Command("go", "run", "github.com/netop-dev/netop/hack/image", "--binary", static, "--tag", ref, "--out", archive).CombinedOutput(); err != nil {
 		t.Fatalf("building the image: %v\n%s", err, out)
 	}
-	return archive
+	return archive, static
 }
 
 // Issue 16, as a user installs netop on a cluster: a three-node
@@ -54,7 +61,7 @@ func TestNodesWithManifests(t *testing.T) {
 	}
 	ctx := t.Context()
 	const ref = "netop.local/netop:test"
-	archive := buildImage(t, t.TempDir(), ref)
+	archive, binary := buildImage(t, t.TempDir(), ref)
 	prefix := nettest.NetnsName("nn")
 	var netnss []string
 	for i := 1; i <= 3; i++ {
@@ -72,7 +79,15 @@ func TestNodesWithManifests(t *testing.T) {
 	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
 	nodeNames := netnss // --node-name is the prefix too
 
-	if err := testenv.ApplyManifests(ctx, cfg, config.All(ref)); err != nil {
+	t.Cleanup(func() {
+		if t.Failed() {
+			logAgents(t, kube)
+		}
+	})
+	// The nodes share this host's file system: the agents install the
+	// CNI plugin into directories of the test's.
+	cniBin, cniConfig := t.TempDir(), t.TempDir()
+	if err := testenv.ApplyManifests(ctx, cfg, config.All(config.Options{Image: ref, CNIBinDir: cniBin, CNIConfigDir: cniConfig})); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 3*time.Minute, func(ctx context.Context) (bool, string) {
@@ -87,6 +102,8 @@ func TestNodesWithManifests(t *testing.T) {
 		return d.Status.ReadyReplicas == 2 && ds.Status.NumberReady == 3,
 			fmt.Sprintf("controller %d/2 ready, agents %d/3 ready", d.Status.ReadyReplicas, ds.Status.NumberReady)
 	})
+
+	checkCNIInstalled(t, cfg, binary, cniBin, cniConfig)
 
 	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.150.0.0/24"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -132,13 +149,27 @@ func TestNodesWithManifests(t *testing.T) {
 	execIn(t, cfg, kube, "on-1", "ping", "-c", "1", "-W", "3", addrs["on-3"])
 
 	// The leading controller killed: the other replica leads within the
-	// lease (15 s), and Networks made after are built once on each node.
+	// lease (15 s). Nothing is lost or doubled: the converged Network is
+	// neither written nor rebuilt by the new leader, and a Network made
+	// while nobody leads is built once on each node.
 	lease, err := kube.CoordinationV1().Leases("netop-system").Get(ctx, "netop", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("lease: %+v %v", lease, err)
 	}
 	leader, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	settled, err := nets.Get(ctx, network.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridgesBefore := map[string]string{}
+	for _, ns := range netnss {
+		bridgesBefore[ns] = bridgeIndex(t, ns, bridge)
+	}
 	if err := kube.CoreV1().Pods("netop-system").Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	during, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "during"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.151.0.0/24"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, func(ctx context.Context) (bool, string) {
@@ -149,19 +180,21 @@ func TestNodesWithManifests(t *testing.T) {
 		holder, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
 		return holder != "" && holder != leader, fmt.Sprintf("lease held by %q after %s was killed", holder, leader)
 	})
-	after, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "after"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.151.0.0/24"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
-		n, err := nets.Get(ctx, after.Name, metav1.GetOptions{})
-		return err == nil && n.Status.Nodes != nil && n.Status.Nodes.Summary == "3/3", fmt.Sprintf("after the failover: %+v %v", n.Status.Nodes, err)
+		n, err := nets.Get(ctx, during.Name, metav1.GetOptions{})
+		return err == nil && n.Status.Nodes != nil && n.Status.Nodes.Summary == "3/3", fmt.Sprintf("made during the failover: %+v %v", n.Status.Nodes, err)
 	})
 	for _, ns := range netnss {
 		out, _ := exec.Command("ip", "-n", ns, "-br", "link", "show", "type", "bridge").Output()
-		if got := strings.Count(string(out), linux.BridgeName(after.UID)); got != 1 {
-			t.Errorf("node namespace %s has %d bridges of the Network made after the failover", ns, got)
+		if got := strings.Count(string(out), linux.BridgeName(during.UID)); got != 1 {
+			t.Errorf("node namespace %s has %d bridges of the Network made during the failover", ns, got)
 		}
+		if got := bridgeIndex(t, ns, bridge); got != bridgesBefore[ns] {
+			t.Errorf("node namespace %s: the converged Network's bridge was rebuilt across the failover (%s, then %s)", ns, bridgesBefore[ns], got)
+		}
+	}
+	if now, err := nets.Get(ctx, network.Name, metav1.GetOptions{}); err != nil || now.ResourceVersion != settled.ResourceVersion {
+		t.Errorf("the new leader wrote the converged Network: %+v, was %+v (%v)", now.Status, settled.Status, err)
 	}
 
 	// An agent killed: its node lags, by name, until the DaemonSet's new
@@ -192,4 +225,89 @@ func TestNodesWithManifests(t *testing.T) {
 		}
 	}
 	sa.stop(t)
+}
+
+// checkCNIInstalled checks what the agents installed for the CNI plugin:
+// the image's binary, which answers as the plugin, and a kubeconfig whose
+// token reads pods and nothing else.
+func checkCNIInstalled(t *testing.T, cfg *rest.Config, binary, binDir, configDir string) {
+	t.Helper()
+	plugin := filepath.Join(binDir, "netop-cni")
+	kubeconfig := filepath.Join(configDir, "netop.kubeconfig")
+	want, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func(context.Context) (bool, string) {
+		got, err := os.ReadFile(plugin)
+		if err != nil || !bytes.Equal(got, want) {
+			return false, fmt.Sprintf("%s: %d bytes, want the image's %d: %v", plugin, len(got), len(want), err)
+		}
+		_, err = os.Stat(kubeconfig)
+		return err == nil, fmt.Sprintf("kubeconfig: %v", err)
+	})
+	version := exec.Command(plugin)
+	version.Env = []string{"CNI_COMMAND=VERSION"}
+	version.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+	if out, err := version.Output(); err != nil || !strings.Contains(string(out), "1.1.0") {
+		t.Errorf("the installed plugin's VERSION: %s %v", out, err)
+	}
+
+	pluginCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("the installed kubeconfig: %v", err)
+	}
+	// The plugin runs on the nodes, where the API server is the kubernetes
+	// Service; this test, outside them, dials the API server directly with
+	// the same CA and token.
+	if pluginCfg.Host != "https://"+controlplane.KubernetesServiceIP+":443" {
+		t.Errorf("the installed kubeconfig's server is %s, want the kubernetes Service", pluginCfg.Host)
+	}
+	pluginCfg.Host = cfg.Host
+	asPlugin := kubernetes.NewForConfigOrDie(pluginCfg)
+	if _, err := asPlugin.CoreV1().Pods("netop-system").List(t.Context(), metav1.ListOptions{Limit: 1}); !apierrors.IsForbidden(err) {
+		t.Errorf("the CNI plugin's token lists pods: %v", err)
+	}
+	agents, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods("netop-system").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(agents.Items) == 0 {
+		t.Fatalf("agents: %v", err)
+	}
+	if _, err := asPlugin.CoreV1().Pods("netop-system").Get(t.Context(), agents.Items[0].Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the CNI plugin's token cannot read a pod: %v", err)
+	}
+	if _, err := asPlugin.CoreV1().Secrets("netop-system").List(t.Context(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the CNI plugin's token lists secrets: %v", err)
+	}
+}
+
+// bridgeIndex is the interface index of bridge in netns: a bridge made
+// again has another.
+func bridgeIndex(t *testing.T, netns, bridge string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", netns, "-o", "link", "show", bridge).Output()
+	if err != nil {
+		t.Fatalf("bridge %s in %s: %v", bridge, netns, err)
+	}
+	index, _, _ := strings.Cut(string(out), ":")
+	return index
+}
+
+// logAgents logs the last lines of every agent pod's log, current and
+// previous, to explain a failure.
+func logAgents(t *testing.T, kube kubernetes.Interface) {
+	ctx := context.Background()
+	pods, err := kube.CoreV1().Pods("netop-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("agent pods: %v", err)
+		return
+	}
+	tail := int64(30)
+	for _, p := range pods.Items {
+		for _, previous := range []bool{false, true} {
+			data, err := kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail, Previous: previous}).DoRaw(ctx)
+			if err == nil {
+				t.Logf("pod %s (previous: %v, restarts %v):\n%s", p.Name, previous, p.Status.ContainerStatuses, data)
+			}
+		}
+	}
 }
