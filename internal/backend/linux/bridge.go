@@ -153,8 +153,14 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrd
 // its derived name.
 func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error) {
 	// Made down: converge turns IPv6 address generation off before it
-	// brings the bridge up.
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+	// brings the bridge up. Multicast snooping off: a snooping bridge
+	// joins the all-snoopers group and reports it, and over an overlay
+	// every node's bridges receive every report, each routed through a
+	// table with a route per device (O(N²) per node, as with link-local
+	// addresses; see setUp). Pods' multicast is flooded, as a snooping
+	// bridge without a querier floods it anyway.
+	snooping := false
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}, MulticastSnooping: &snooping}
 	err := b.nl.LinkAdd(br)
 	if errors.Is(err, unix.EEXIST) {
 		return nil, nil // converge decides whether it is ours

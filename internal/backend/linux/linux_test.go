@@ -290,6 +290,13 @@ func TestEnsureCreatesBridge(t *testing.T) {
 	if addrs, err := e.hand.AddrList(link, netlink.FAMILY_V6); err != nil || len(addrs) != 0 {
 		t.Errorf("IPv6 addresses on the bridge of an IPv4 Network: %v %v", addrs, err)
 	}
+	// Nor multicast snooping, whose group the bridge would report.
+	if br, ok := link.(*netlink.Bridge); !ok || br.MulticastSnooping == nil || *br.MulticastSnooping {
+		t.Errorf("multicast snooping on the bridge: %+v", link)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		t.Errorf("bridge not up: %+v", link.Attrs())
+	}
 
 	e.ensure(t, want, backend.ActionNone)
 	if got, wantCalls := rec.take(), []string{"LinkByName", "AddrList"}; !slices.Equal(got, wantCalls) {
