@@ -7,6 +7,7 @@ package operator
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/webhook"
@@ -161,9 +163,10 @@ func NewOptions() *Options {
 
 		InitializeWorkloads: true,
 
-		CNIKubeconfig:     "/etc/cni/net.d/netop.d/netop.kubeconfig",
+		// Where the manifests mount the hosts' directories.
+		CNIKubeconfig:     filepath.Join(config.DefaultCNIConfigDir, "netop.kubeconfig"),
 		CNIDataDir:        "/var/lib/cni/netop",
-		CNIBinDir:         "/opt/cni/bin",
+		CNIBinDir:         config.DefaultCNIBinDir,
 		CNIServiceAccount: "netop-cni",
 		CNITokenLifetime:  24 * time.Hour,
 

@@ -92,44 +92,15 @@ func (h *handle) AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
 	if link == nil || link.Attrs().Index <= 0 || h.filtered == nil {
 		return h.Handle.AddrList(link, family)
 	}
-	index := link.Attrs().Index
-	h.dumps.Add(1)
-	req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.filtered}
 	msg := nl.NewIfAddrmsg(family)
-	msg.Index = uint32(index)
-	req.AddData(msg)
-
-	var (
-		addrs    []netlink.Addr
-		parseErr error
-	)
-	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWADDR, func(m []byte) bool {
+	msg.Index = uint32(link.Attrs().Index)
+	return filteredDump(h, unix.RTM_GETADDR, msg, unix.RTM_NEWADDR, link.Attrs().Index, func(m []byte) (netlink.Addr, int, error) {
 		if len(m) < unix.SizeofIfAddrmsg {
-			parseErr = fmt.Errorf("short address message: %d bytes", len(m))
-			return false
-		}
-		// The kernel filtered already; this only guards against one that
-		// accepted the option and ignored the index.
-		if int(nl.DeserializeIfAddrmsg(m).Index) != index {
-			h.foreign.Add(1)
-			return true
+			return netlink.Addr{}, 0, fmt.Errorf("short address message: %d bytes", len(m))
 		}
 		a, err := parseAddrMsg(m)
-		if err != nil {
-			parseErr = err
-			return false
-		}
-		addrs = append(addrs, a)
-		return true
+		return a, a.LinkIndex, err
 	})
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return nil, err
-	}
-	if parseErr != nil {
-		return nil, parseErr
-	}
-	return addrs, err
 }
 
 // NeighList lists the forwarding entries (family AF_BRIDGE) of the link
@@ -139,28 +110,44 @@ func (h *handle) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
 	if family != unix.AF_BRIDGE || linkIndex <= 0 || h.filtered == nil {
 		return h.Handle.NeighList(linkIndex, family)
 	}
-	h.dumps.Add(1)
-	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, unix.NLM_F_DUMP)
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.filtered}
 	// A strict forwarding entry dump takes the port's index from the
 	// header and refuses any other field set there.
-	req.AddData(&netlink.Ndmsg{Family: unix.AF_BRIDGE, Index: uint32(linkIndex)})
-
-	var (
-		neighs   []netlink.Neigh
-		parseErr error
-	)
-	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH, func(m []byte) bool {
+	msg := &netlink.Ndmsg{Family: unix.AF_BRIDGE, Index: uint32(linkIndex)}
+	return filteredDump(h, unix.RTM_GETNEIGH, msg, unix.RTM_NEWNEIGH, linkIndex, func(m []byte) (netlink.Neigh, int, error) {
 		n, err := netlink.NeighDeserialize(m)
 		if err != nil {
-			parseErr = fmt.Errorf("parse forwarding entry: %w", err)
+			return netlink.Neigh{}, 0, fmt.Errorf("parse forwarding entry: %w", err)
+		}
+		return *n, n.LinkIndex, nil
+	})
+}
+
+// filteredDump dumps, over h's strict socket, the entries of the link
+// with index that the request header msg asks the kernel for, decoding
+// each reply with parse (the entry and its link's index). The kernel
+// filtered already; entries of other links are only counted, in case one
+// accepted the option and ignored the index. An interrupted dump returns
+// its entries with netlink.ErrDumpInterrupted, for retryDump.
+func filteredDump[T any](h *handle, reqType int, msg nl.NetlinkRequestData, replyType uint16, index int, parse func(m []byte) (T, int, error)) ([]T, error) {
+	h.dumps.Add(1)
+	req := nl.NewNetlinkRequest(reqType, unix.NLM_F_DUMP)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: h.filtered}
+	req.AddData(msg)
+	var (
+		items    []T
+		parseErr error
+	)
+	err := req.ExecuteIter(unix.NETLINK_ROUTE, replyType, func(m []byte) bool {
+		item, link, err := parse(m)
+		if err != nil {
+			parseErr = err
 			return false
 		}
-		if n.LinkIndex != linkIndex {
+		if link != index {
 			h.foreign.Add(1)
 			return true
 		}
-		neighs = append(neighs, *n)
+		items = append(items, item)
 		return true
 	})
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -169,7 +156,7 @@ func (h *handle) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
 	if parseErr != nil {
 		return nil, parseErr
 	}
-	return neighs, err
+	return items, err
 }
 
 // parseAddrMsg decodes an RTM_NEWADDR message of at least
