@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -22,7 +23,6 @@ import (
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/networks"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
 // admission is the webhook server and what it reads.
@@ -33,12 +33,14 @@ type admission struct {
 	server   *webhook.Server
 	webhooks webhook.Set
 	listener net.Listener
+	// cidrs is what the overlap check reads; the webhooks wait for it.
+	cidrs *networks.CIDRs
 }
 
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
 func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
-	templates kubeinformers.SharedInformerFactory, networkLister samplecrdlisters.NetworkLister, addresses networks.AddressHolders,
+	templates kubeinformers.SharedInformerFactory, networkInformer cache.SharedIndexInformer, addresses networks.AddressHolders,
 	recorder record.EventRecorder, m *metrics.Metrics) (*admission, error) {
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
@@ -55,14 +57,18 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 	if o.WebhookCertDir != "" {
 		store = webhook.FileStore{Dir: o.WebhookCertDir}
 	}
-	a := &admission{opts: o, kube: kube, certs: webhook.NewCertManager(store, serving), listener: l}
+	a := &admission{opts: o, kube: kube, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs()}
+	if err := a.cidrs.Watch(networkInformer); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("watching Networks for the overlap check: %w", err)
+	}
 	a.server = webhook.NewServer(a.certs, webhook.Limits{
 		MaxInFlight:          o.WebhookMaxInflight,
 		MaxBodyBytesInFlight: o.WebhookMaxInflightBytes.Value(),
 		Rejected:             func(limit string) { m.WebhookRejected.WithLabelValues(limit).Inc() },
 	})
 	a.webhooks = webhooks(webhookDeps{
-		networks:          networkLister,
+		cidrs:             a.cidrs,
 		templates:         templates.Core().V1().ConfigMaps().Lister(),
 		recorder:          recorder,
 		decoder:           webhook.NewDecoder(scheme),

@@ -43,6 +43,7 @@ import (
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/controller/workload"
+	"github.com/netop-dev/netop/internal/eventsink"
 	"github.com/netop-dev/netop/internal/httpserver"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
@@ -68,6 +69,10 @@ type Operator struct {
 	controller  *network.Controller
 	metrics     *metrics.Metrics
 	broadcaster record.EventBroadcaster
+	// events writes the broadcaster's Events, several at once;
+	// stopEvents writes what is queued and stops it.
+	events      *eventsink.Sink
+	stopEvents  func()
 	kubeFactory kubeinformers.SharedInformerFactory
 	templates   kubeinformers.SharedInformerFactory
 	// pods is the pod cache of the address allocation, trimmed to what
@@ -154,10 +159,17 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	if err != nil {
 		return nil, fmt.Errorf("event client: %w", err)
 	}
-	op.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+	eventsCtx, stopEvents := context.WithCancel(ctx)
+	op.stopEvents = func() { stopEvents(); op.events.Wait() }
+	op.events = eventsink.Start(eventsCtx, &typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")}, eventsink.Options{
+		Written: op.metrics.EventsWritten.Inc,
+		Dropped: func(reason string) { op.metrics.EventsDropped.WithLabelValues(reason).Inc() },
+	})
+	op.broadcaster.StartRecordingToSink(op.events)
 
 	fail := func(err error) (*Operator, error) {
 		op.broadcaster.Shutdown()
+		op.stopEvents()
 		op.close()
 		return nil, err
 	}
@@ -214,7 +226,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Lister(), op.podnet, recorder, op.metrics)
+		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Informer(), op.podnet, recorder, op.metrics)
 		if err != nil {
 			return fail(err)
 		}
@@ -459,6 +471,7 @@ func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 // its error is returned.
 func (op *Operator) Run(ctx context.Context) error {
 	defer op.close()
+	defer op.stopEvents() // after the broadcaster's shutdown: defers run last first
 	defer op.broadcaster.Shutdown()
 	op.started = time.Now()
 	logger := klog.FromContext(ctx)
@@ -590,6 +603,9 @@ func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) erro
 		}
 	}
 	if !cache.WaitFor(ctx, "", op.controller.HasSyncedChecker()) {
+		return nil
+	}
+	if op.admission != nil && !cache.WaitForCacheSync(ctx.Done(), op.admission.cidrs.HasSynced) {
 		return nil
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseCachesSynced).Set(time.Since(op.started).Seconds())

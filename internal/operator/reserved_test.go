@@ -9,11 +9,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/networks"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
 // --allow-reserved-prefixes reaches the Network validation webhook: a
@@ -37,7 +36,7 @@ func TestAllowReservedPrefixesReachesValidation(t *testing.T) {
 			t.Fatal(err)
 		}
 		set := webhooks(webhookDeps{
-			networks:          samplecrdlisters.NewNetworkLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
+			cidrs:             networks.NewCIDRs(),
 			decoder:           webhook.NewDecoder(scheme),
 			operatorNamespace: o.OperatorNamespace,
 			allowReserved:     o.AllowReservedPrefixes,

@@ -14,7 +14,6 @@ import (
 	"github.com/netop-dev/netop/internal/webhook/pods"
 	"github.com/netop-dev/netop/internal/webhook/workloads"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
 // WebhookConfigurationName names both of netop's webhook configurations.
@@ -35,7 +34,7 @@ const (
 
 // webhookDeps is what netop's admission handlers read.
 type webhookDeps struct {
-	networks          samplecrdlisters.NetworkLister
+	cidrs             *networks.CIDRs
 	templates         corelisters.ConfigMapLister
 	recorder          record.EventRecorder
 	decoder           *webhook.Decoder
@@ -140,7 +139,7 @@ func webhooks(d webhookDeps) webhook.Set {
 		Name:       "not-controlled",
 		Expression: "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
 	}}
-	netAdmission := &networks.Admission{Networks: d.networks, Decoder: d.decoder,
+	netAdmission := &networks.Admission{CIDRs: d.cidrs, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}, Addresses: d.addresses}
 	templates := envoy.Finder{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, AllowPrivileged: d.allowPrivilegedTemplates}
 	injector := &pods.Injector{Templates: templates, Recorder: d.recorder}

@@ -9,13 +9,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
@@ -23,15 +21,14 @@ import (
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
-// Admission holds what the Network webhooks need: every Network, from an
-// informer cache, for the overlap check (no List per request), and the
+// Admission holds what the Network webhooks need: every Network's cidr,
+// from an informer, for the overlap check (no List per request), and the
 // decoder of admitted objects.
 type Admission struct {
-	Networks samplecrdlisters.NetworkLister
-	Decoder  *webhook.Decoder
+	CIDRs   *CIDRs
+	Decoder *webhook.Decoder
 	// Resolver says what a spec means; the controller uses the same
 	// policy (--allow-reserved-prefixes).
 	Resolver netspec.Resolver
@@ -97,24 +94,12 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 
 // overlaps finds another Network, in any namespace, whose cidr overlaps.
 func (a *Admission) overlaps(n *samplecrdv1.Network, resolved netspec.Resolved) field.ErrorList {
-	others, err := a.Networks.List(labels.Everything())
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
+	other, ok := a.CIDRs.Overlapping(resolved.Prefix, n.Namespace, n.Name)
+	if !ok {
+		return nil
 	}
-	for _, other := range others {
-		if other.Namespace == n.Namespace && other.Name == n.Name || other.DeletionTimestamp != nil {
-			continue
-		}
-		// Not resolved: a Network that today's rules refuse (a reserved
-		// range, a /32) may have been built before they did.
-		theirs, err := netip.ParsePrefix(other.Spec.CIDR)
-		if err != nil || !theirs.Overlaps(resolved.Prefix) {
-			continue
-		}
-		return field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR,
-			fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, theirs.Masked()))}
-	}
-	return nil
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR,
+		fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Prefixes[0]))}
 }
 
 // addressesHeld refuses to move the addresses of a Network that pods hold
