@@ -57,6 +57,10 @@ type Metrics struct {
 	WebhookRejected *prometheus.CounterVec
 	// Leader is 1 while this replica leads (runs the controllers).
 	Leader prometheus.Gauge
+	// EventsWritten counts Events written to the API server; EventsDropped
+	// those given up, by reason (see internal/eventsink).
+	EventsWritten prometheus.Counter
+	EventsDropped *prometheus.CounterVec
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -77,6 +81,14 @@ func New() *Metrics {
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this replica leads and runs the controllers (with --leader-elect; always 1 without), else 0.",
 		}),
+		EventsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_written_total",
+			Help: "Event creates and count updates written to the API server.",
+		}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_dropped_total",
+			Help: "Events given up, by reason: queue_full, rejected, namespace_terminating, retries_exhausted, stopped.",
+		}, []string{"reason"}),
 		ReconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "reconcile_total",
 			Help: "Reconciles by controller and result (success, error, conflict, not_found).",
@@ -137,7 +149,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.Startup, m.WebhookRejected, m.Leader,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.Startup, m.WebhookRejected, m.Leader, m.EventsWritten, m.EventsDropped,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)
