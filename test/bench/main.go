@@ -7,6 +7,10 @@
 // 5 QPS / 10 burst, 2 workers, finalizer added by the controller). With
 // --restart it also restarts the controller over N Ready Networks.
 //
+// --networks takes several N (--networks 1000,4000,10000): each N is
+// measured in turn, netop and the floor side by side, so that the cost per
+// Network can be compared across N from one run.
+//
 // Run it as root: go run ./test/bench --networks 100
 package main
 
@@ -54,16 +58,19 @@ import (
 )
 
 type config struct {
-	networks, concurrency, workers, burst int
-	qps                                   float32
-	tutorialNetworks                      int
-	skipFloor, skipTutorial, restart      bool
-	profileDir                            string
+	// networks are the N measured, in order; the restart and the tutorial
+	// use the largest and the first.
+	networks                         []int
+	concurrency, workers, burst      int
+	qps                              float32
+	tutorialNetworks                 int
+	skipFloor, skipTutorial, restart bool
+	profileDir                       string
 }
 
 func main() {
 	var c config
-	flag.IntVar(&c.networks, "networks", 2000, "Networks to create at once")
+	networks := flag.String("networks", "2000", "Networks to create at once; a comma-separated list measures each N in turn")
 	flag.IntVar(&c.concurrency, "concurrency", 64, "creates in flight at once")
 	flag.IntVar(&c.workers, "workers", 4, "controller workers (and the floor's status writers)")
 	qps := flag.Float64("qps", 100, "controller client QPS (and the floor's)")
@@ -75,8 +82,16 @@ func main() {
 	flag.StringVar(&c.profileDir, "profile-dir", "", "write netop's CPU profile (creates to all Ready) and allocation profile here (go tool pprof DIR/cpu.pprof)")
 	flag.Parse()
 	c.qps = float32(*qps)
+	for _, f := range strings.Split(*networks, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > 256*256 {
+			fmt.Fprintf(os.Stderr, "bench: --networks: %q is not a number of Networks from 1 to 65536\n", f)
+			os.Exit(2)
+		}
+		c.networks = append(c.networks, n)
+	}
 	if c.tutorialNetworks == 0 {
-		c.tutorialNetworks = c.networks
+		c.tutorialNetworks = c.networks[0]
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: run as root: the controller makes real Linux bridges in a throwaway network namespace")
@@ -90,17 +105,21 @@ func main() {
 
 // result is one measured run.
 type result struct {
-	name           string
-	networks       int
-	seconds        float64
-	createSeconds  float64 // start to the last create answered
-	p50, p99       float64
-	writes         map[string]float64 // "verb resource" → count
-	cpuSeconds     float64
-	peakRSSMiB     float64
-	backendChanges float64
-	syncedSeconds  float64 // restart: start to caches synced
-	settledSeconds float64 // restart: caches synced to first resync done
+	name          string
+	networks      int
+	seconds       float64
+	createSeconds float64 // start to the last create answered
+	p50, p99      float64
+	writes        map[string]float64 // "verb resource" → count
+	cpuSeconds    float64
+	// cpuSystemSeconds is the kernel's share of cpuSeconds (netlink: the
+	// bridges themselves).
+	cpuSystemSeconds float64
+	peakRSSMiB       float64
+	eventsDropped    float64
+	backendChanges   float64
+	syncedSeconds    float64 // restart: start to caches synced
+	settledSeconds   float64 // restart: caches synced to first resync done
 	// restart, as the controller measured them from its start: the initial
 	// list of Networks, and caches synced after it.
 	listSeconds, syncedAfterListSeconds float64
@@ -136,7 +155,9 @@ type bench struct {
 	admin       *rest.Config
 	netop       versioned.Interface
 	kube        kubernetes.Interface
-	netns       string
+	// netns prefixes the network namespaces made, netnses.
+	netns   string
+	netnses []string
 }
 
 func run(c config) error {
@@ -166,35 +187,89 @@ func run(c config) error {
 	b := &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
 		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
 		netns: fmt.Sprintf("netop-bench-%d", os.Getpid())}
-	defer func() { _ = nettest.DeleteNetns(b.netns); _ = nettest.DeleteNetns(b.netns + "t") }()
-	for _, ns := range []string{"floor", "ours", "tutorial", "netop-system"} {
+	defer func() {
+		for _, ns := range b.netnses {
+			_ = nettest.DeleteNetns(ns)
+		}
+	}()
+	for _, ns := range []string{"tutorial", "netop-system"} {
 		if err := install.Namespace(ctx, admin, ns); err != nil {
 			return err
 		}
 	}
 
-	var floor, ours, tutorial, restart *result
-	fmt.Fprintf(os.Stderr, "netop: %d Networks\n", c.networks)
-	ours, err = b.measure(ctx, "netop", "ours", c.networks, 10, controllerArgs{
-		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns, profiling: c.profileDir != "",
-	})
-	if err != nil {
-		return fmt.Errorf("netop: %w", err)
+	var steps []step
+	largest := slices.Max(c.networks)
+	for k, n := range c.networks {
+		st := step{networks: n}
+		ours, floor := fmt.Sprintf("ours-%d", k), fmt.Sprintf("floor-%d", k)
+		for _, ns := range []string{ours, floor} {
+			if err := install.Namespace(ctx, admin, ns); err != nil {
+				return err
+			}
+		}
+		// Each N has its own namespace, network namespace and cidrs: the
+		// controller (restricted to its namespace) sees exactly N
+		// Networks, and the bridges of the earlier N, left in place (their
+		// teardown would hold the kernel's lock for minutes), are not in
+		// its network namespace.
+		args := controllerArgs{
+			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k), namespace: ours,
+			profiling: c.profileDir != "" && n == largest,
+		}
+		b.netnses = append(b.netnses, args.netns)
+		fmt.Fprintf(os.Stderr, "netop: %d Networks\n", n)
+		if st.ours, err = b.measure(ctx, "netop", ours, n, 10+k, args); err != nil {
+			return fmt.Errorf("netop, %d Networks: %w", n, err)
+		}
+		if c.restart && n == largest {
+			fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", n)
+			args.profiling = false
+			if st.restart, err = b.restartRun(ctx, n, args); err != nil {
+				return fmt.Errorf("restart: %w", err)
+			}
+		}
+		if err := b.removeWebhooks(ctx, floor); err != nil {
+			return err
+		}
+		// The floor runs after netop, whose configurations it must not
+		// meet, with netop stopped.
+		if !c.skipFloor {
+			fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", n)
+			if st.floor, err = b.floor(ctx, floor, n, 100+k); err != nil {
+				return fmt.Errorf("floor, %d Networks: %w", n, err)
+			}
+		}
+		steps = append(steps, st)
 	}
-	if c.restart {
-		fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", c.networks)
-		if restart, err = b.restartRun(ctx, controllerArgs{workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: b.netns}); err != nil {
-			return fmt.Errorf("restart: %w", err)
+	var tutorial *result
+	if !c.skipTutorial {
+		fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
+		args := controllerArgs{workers: 2, qps: 5, burst: 10, webhooks: false, netns: b.netns + "-t", namespace: "tutorial"}
+		b.netnses = append(b.netnses, args.netns)
+		if tutorial, err = b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, args); err != nil {
+			return fmt.Errorf("tutorial: %w", err)
 		}
 	}
-	// The configurations netop registered would refuse every create once
-	// its server is gone, and the references have no webhooks.
+	report(c, steps, tutorial)
+	return nil
+}
+
+// step is what was measured at one N.
+type step struct {
+	networks             int
+	ours, floor, restart *result
+}
+
+// removeWebhooks deletes the configurations netop registered, which would
+// refuse every create once its server is gone, and waits until a create in
+// namespace no longer calls them (the API server learns of the deletion
+// through a watch).
+func (b *bench) removeWebhooks(ctx context.Context, namespace string) error {
 	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
 	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
-	// The API server notices the deletion through a watch: wait until a
-	// create no longer calls the webhooks.
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := b.netop.SamplecrdV1().Networks("floor").Create(ctx, &samplecrdv1.Network{
+		_, err := b.netop.SamplecrdV1().Networks(namespace).Create(ctx, &samplecrdv1.Network{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
 			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.255.255.0/24"},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -202,23 +277,6 @@ func run(c config) error {
 	}); err != nil {
 		return errors.New("netop's webhooks were still called after their configurations were deleted")
 	}
-	// The references run after netop, which watches every namespace and
-	// would otherwise reconcile their Networks too.
-	if !c.skipFloor {
-		fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", c.networks)
-		if floor, err = b.floor(ctx); err != nil {
-			return fmt.Errorf("floor: %w", err)
-		}
-	}
-	if !c.skipTutorial {
-		fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
-		if tutorial, err = b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, controllerArgs{
-			workers: 2, qps: 5, burst: 10, webhooks: false, netns: b.netns + "t", namespace: "tutorial",
-		}); err != nil {
-			return fmt.Errorf("tutorial: %w", err)
-		}
-	}
-	report(c, floor, ours, tutorial, restart)
 	return nil
 }
 
@@ -269,14 +327,14 @@ func (b *bench) create(ctx context.Context, namespace string, first, n int, crea
 	return sent, firstErr
 }
 
-// floor creates the Networks and writes one status each with a bare
-// client at the controller's rate limits and concurrency.
-func (b *bench) floor(ctx context.Context) (*result, error) {
+// floor creates n Networks in namespace and writes one status each with a
+// bare client at the controller's rate limits and concurrency.
+func (b *bench) floor(ctx context.Context, namespace string, n, first int) (*result, error) {
 	limited := rest.CopyConfig(b.admin)
 	limited.QPS, limited.Burst = b.cfg.qps, b.cfg.burst
 	client := versioned.NewForConfigOrDie(limited)
-	objs := make(chan *samplecrdv1.Network, b.cfg.networks)
-	done := make(map[string]time.Time, b.cfg.networks)
+	objs := make(chan *samplecrdv1.Network, n)
+	done := make(map[string]time.Time, n)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var writeErr error
@@ -296,7 +354,7 @@ func (b *bench) floor(ctx context.Context) (*result, error) {
 		})
 	}
 	start := time.Now()
-	sent, err := b.create(ctx, "floor", 100, b.cfg.networks, func(n *samplecrdv1.Network) { objs <- n })
+	sent, err := b.create(ctx, namespace, first, n, func(n *samplecrdv1.Network) { objs <- n })
 	created := time.Since(start).Seconds()
 	close(objs)
 	wg.Wait()
@@ -306,7 +364,7 @@ func (b *bench) floor(ctx context.Context) (*result, error) {
 	if writeErr != nil {
 		return nil, writeErr
 	}
-	r := &result{name: "floor", networks: b.cfg.networks, createSeconds: created, writes: map[string]float64{"put networks/status": float64(len(done))}}
+	r := &result{name: "floor", networks: n, createSeconds: created, writes: map[string]float64{"put networks/status": float64(len(done))}}
 	r.seconds, r.p50, r.p99 = timing(start, sent, done)
 	return r, nil
 }
@@ -395,10 +453,11 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 	return c, nil
 }
 
-// stop ends the child and returns its CPU seconds and peak RSS in MiB. The
+// stop ends the child and returns its CPU seconds (all, and the kernel's)
+// and peak RSS in MiB. The
 // peak comes from VmHWM, which exec resets: rusage's maxrss of a forked
 // child also counts the parent's image it was forked from.
-func (c *child) stop() (cpu, rssMiB float64) {
+func (c *child) stop() (cpu, system, rssMiB float64) {
 	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid)); err == nil {
 		for _, line := range strings.Split(string(status), "\n") {
 			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
@@ -411,8 +470,9 @@ func (c *child) stop() (cpu, rssMiB float64) {
 	_ = c.cmd.Wait()
 	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+		system = time.Duration(ru.Stime.Nano()).Seconds()
 	}
-	return cpu, rssMiB
+	return cpu, system, rssMiB
 }
 
 // profile saves one of the child's /debug/pprof profiles to path.
@@ -467,6 +527,9 @@ func (c *child) metrics() (map[string]float64, error) {
 		if label(m, "operation") == backend.OperationList {
 			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
 		}
+	}
+	for _, m := range families["netop_events_dropped_total"].GetMetric() {
+		out["events dropped"] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_startup_seconds"].GetMetric() {
 		out["startup "+label(m, "phase")] = m.GetGauge().GetValue()
@@ -526,7 +589,7 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		return nil, err
 	}
 	if a.webhooks {
-		if err := b.waitWebhooks(ctx); err != nil {
+		if err := b.waitWebhooks(ctx, namespace); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -583,19 +646,20 @@ func (r *result) record(ctx context.Context, c *child) {
 	})
 	r.writes = map[string]float64{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" {
+		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" && k != "events dropped" {
 			r.writes[k] = v
 		}
 	}
 	r.backendChanges = m["backend Created"] + m["backend Updated"] + m["backend Deleted"] + m["backend Swept"]
-	r.cpuSeconds, r.peakRSSMiB = c.stop()
+	r.eventsDropped = m["events dropped"]
+	r.cpuSeconds, r.cpuSystemSeconds, r.peakRSSMiB = c.stop()
 }
 
 // waitWebhooks waits until the webhooks answer: a Network only they refuse
 // is refused.
-func (b *bench) waitWebhooks(ctx context.Context) error {
+func (b *bench) waitWebhooks(ctx context.Context, namespace string) error {
 	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := b.netop.SamplecrdV1().Networks("ours").Create(ctx, &samplecrdv1.Network{
+		_, err := b.netop.SamplecrdV1().Networks(namespace).Create(ctx, &samplecrdv1.Network{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
 			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.255.255.0/24", Gateway: "10.255.255.0"},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -606,13 +670,13 @@ func (b *bench) waitWebhooks(ctx context.Context) error {
 // restartRun restarts the controller over the Ready Networks and measures
 // how long it takes to be synced and to finish its first resync, and what
 // it writes and changes meanwhile.
-func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, error) {
+func (b *bench) restartRun(ctx context.Context, n int, a controllerArgs) (*result, error) {
 	start := time.Now()
 	c, err := b.startController(a)
 	if err != nil {
 		return nil, err
 	}
-	r := &result{name: "restart", networks: b.cfg.networks, syncedSeconds: time.Since(start).Seconds()}
+	r := &result{name: "restart", networks: n, syncedSeconds: time.Since(start).Seconds()}
 	synced := time.Now()
 	var m map[string]float64
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
@@ -630,68 +694,81 @@ func (b *bench) restartRun(ctx context.Context, a controllerArgs) (*result, erro
 	return r, nil
 }
 
-func report(c config, floor, ours, tutorial, restart *result) {
+func report(c config, steps []step, tutorial *result) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tcreates s\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tcontroller CPU s\tpeak RSS MiB\t")
-	for _, r := range []*result{floor, ours, tutorial} {
+	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tcreates s\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tevents dropped\tCPU s\tCPU ms/net\tkernel ms/net\tpeak RSS MiB\t")
+	row := func(r *result) {
 		if r == nil {
-			continue
+			return
 		}
-		_, _ = fmt.Fprintf(w, "%s\t%d\t%.2f\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.networks, r.seconds, r.createSeconds, float64(r.networks)/r.seconds,
-			r.p50, r.p99, r.networkWrites()/float64(r.networks), r.eventWrites()/float64(r.networks), r.cpuSeconds, r.peakRSSMiB)
+		perNet := func(v float64) float64 { return v / float64(r.networks) }
+		_, _ = fmt.Fprintf(w, "%s\t%d\t%.2f\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.2f\t%.3f\t%.3f\t%.1f\t\n", r.name, r.networks, r.seconds, r.createSeconds, float64(r.networks)/r.seconds,
+			r.p50, r.p99, perNet(r.networkWrites()), perNet(r.eventWrites()), r.eventsDropped, r.cpuSeconds, 1000*perNet(r.cpuSeconds), 1000*perNet(r.cpuSystemSeconds), r.peakRSSMiB)
 	}
+	for _, st := range steps {
+		row(st.floor)
+		row(st.ours)
+	}
+	row(tutorial)
 	_ = w.Flush()
-	fmt.Println()
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range ours.writes {
-			if !yield(k) {
-				return
-			}
+	for _, st := range steps {
+		ours := st.ours
+		fmt.Printf("\nnetop's API writes at N=%d by verb and resource:\n", st.networks)
+		for _, k := range slices.Sorted(maps.Keys(ours.writes)) {
+			fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
 		}
-	})
-	fmt.Println("netop's API writes by verb and resource:")
-	for _, k := range keys {
-		fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
+		if r := st.restart; r != nil {
+			fmt.Printf("restart over %d Ready Networks: synced %.3f s after start (the initial list took %.3f s, synced %.3f s after it), first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
+				r.networks, r.syncedSeconds, r.listSeconds, r.syncedAfterListSeconds, r.settledSeconds, r.networkWrites()+r.eventWrites(), r.backendChanges)
+		}
 	}
-	if restart != nil {
-		fmt.Printf("\nrestart over %d Ready Networks: synced %.3f s after start (the initial list took %.3f s, synced %.3f s after it), first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
-			restart.networks, restart.syncedSeconds, restart.listSeconds, restart.syncedAfterListSeconds, restart.settledSeconds,
-			restart.networkWrites()+restart.eventWrites(), restart.backendChanges)
+	if len(steps) > 1 {
+		first, last := steps[0].ours, steps[len(steps)-1].ours
+		perNet := func(r *result) float64 { return r.cpuSeconds / float64(r.networks) }
+		fmt.Printf("\ncontroller CPU per Network: %.3f ms at N=%d, %.3f ms at N=%d: %.2fx\n",
+			1000*perNet(first), first.networks, 1000*perNet(last), last.networks, perNet(last)/perNet(first))
 	}
-	out := map[string]any{
-		"networks":                 ours.networks,
-		"seconds":                  ours.seconds,
-		"create_seconds":           ours.createSeconds,
-		"networks_per_second":      float64(ours.networks) / ours.seconds,
-		"p50_seconds":              ours.p50,
-		"p99_seconds":              ours.p99,
-		"writes_per_network":       ours.networkWrites() / float64(ours.networks),
-		"event_writes_per_network": ours.eventWrites() / float64(ours.networks),
-		"controller_cpu_seconds":   ours.cpuSeconds,
-		"controller_peak_rss_mib":  ours.peakRSSMiB,
-		"workers":                  c.workers,
-		"qps":                      c.qps,
-		"burst":                    c.burst,
+	fmt.Println()
+	for _, st := range steps {
+		ours := st.ours
+		out := map[string]any{
+			"networks":                             ours.networks,
+			"seconds":                              ours.seconds,
+			"create_seconds":                       ours.createSeconds,
+			"networks_per_second":                  float64(ours.networks) / ours.seconds,
+			"p50_seconds":                          ours.p50,
+			"p99_seconds":                          ours.p99,
+			"writes_per_network":                   ours.networkWrites() / float64(ours.networks),
+			"event_writes_per_network":             ours.eventWrites() / float64(ours.networks),
+			"events_dropped":                       ours.eventsDropped,
+			"controller_cpu_seconds":               ours.cpuSeconds,
+			"controller_cpu_ms_per_network":        1000 * ours.cpuSeconds / float64(ours.networks),
+			"controller_kernel_cpu_ms_per_network": 1000 * ours.cpuSystemSeconds / float64(ours.networks),
+			"controller_peak_rss_mib":              ours.peakRSSMiB,
+			"workers":                              c.workers,
+			"qps":                                  c.qps,
+			"burst":                                c.burst,
+		}
+		if floor := st.floor; floor != nil {
+			out["floor_seconds"] = floor.seconds
+			out["floor_create_seconds"] = floor.createSeconds
+			out["ratio_to_floor"] = ours.seconds / floor.seconds
+		}
+		if tutorial != nil && ours.networks == tutorial.networks {
+			out["tutorial_networks"] = tutorial.networks
+			out["tutorial_seconds"] = tutorial.seconds
+			// Per Network, so that a tutorial run on fewer Networks compares.
+			out["speedup_vs_tutorial"] = (tutorial.seconds / float64(tutorial.networks)) / (ours.seconds / float64(ours.networks))
+		}
+		if restart := st.restart; restart != nil {
+			out["restart_synced_seconds"] = restart.syncedSeconds
+			out["restart_list_seconds"] = restart.listSeconds
+			out["restart_synced_after_list_seconds"] = restart.syncedAfterListSeconds
+			out["restart_first_resync_seconds"] = restart.settledSeconds
+			out["restart_writes"] = restart.networkWrites() + restart.eventWrites()
+			out["restart_backend_changes"] = restart.backendChanges
+		}
+		line, _ := json.Marshal(out)
+		fmt.Println(string(line))
 	}
-	if floor != nil {
-		out["floor_seconds"] = floor.seconds
-		out["floor_create_seconds"] = floor.createSeconds
-		out["ratio_to_floor"] = ours.seconds / floor.seconds
-	}
-	if tutorial != nil {
-		out["tutorial_networks"] = tutorial.networks
-		out["tutorial_seconds"] = tutorial.seconds
-		// Per Network, so that a tutorial run on fewer Networks compares.
-		out["speedup_vs_tutorial"] = (tutorial.seconds / float64(tutorial.networks)) / (ours.seconds / float64(ours.networks))
-	}
-	if restart != nil {
-		out["restart_synced_seconds"] = restart.syncedSeconds
-		out["restart_list_seconds"] = restart.listSeconds
-		out["restart_synced_after_list_seconds"] = restart.syncedAfterListSeconds
-		out["restart_first_resync_seconds"] = restart.settledSeconds
-		out["restart_writes"] = restart.networkWrites() + restart.eventWrites()
-		out["restart_backend_changes"] = restart.backendChanges
-	}
-	line, _ := json.Marshal(out)
-	fmt.Println(string(line))
 }
