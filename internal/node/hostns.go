@@ -2,17 +2,17 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 
 	"github.com/vishvananda/netns"
 	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
 )
 
 // A node with a network namespace of its own (Config.HostNetns) is a
@@ -43,7 +43,7 @@ func listenIn(name, addr string) (net.Listener, error) {
 	}
 	defer func() { _ = target.Close() }()
 	var l net.Listener
-	err = inNamespace(target, func() (err error) {
+	err = linux.InNetns(target, func() (err error) {
 		l, err = net.Listen("tcp", addr)
 		return err
 	})
@@ -51,30 +51,6 @@ func listenIn(name, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listening on %s in network namespace %s: %w", addr, name, err)
 	}
 	return l, nil
-}
-
-// inNamespace runs f on a thread in the network namespace ns, then puts
-// the thread back in its own namespace; a thread that cannot go back ends
-// with the goroutine instead of serving others from the wrong namespace.
-func inNamespace(ns netns.NsHandle, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("this thread's network namespace: %w", err)
-	}
-	defer func() { _ = host.Close() }()
-	if err := netns.Set(ns); err != nil {
-		return fmt.Errorf("entering network namespace: %w", err)
-	}
-	fErr := f()
-	if err := netns.Set(host); err != nil {
-		// LockOSThread without its Unlock makes the runtime end the
-		// thread with this goroutine.
-		runtime.LockOSThread()
-		return errors.Join(fErr, fmt.Errorf("leaving network namespace: %w", err))
-	}
-	return fErr
 }
 
 // forwarder copies the connections of its listeners to their targets.

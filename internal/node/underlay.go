@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -126,18 +125,12 @@ func (u *Underlay) join(i int, n UnderlayNode, br *netlink.Bridge, host, service
 	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(serviceIP, 32))}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("service address: %w", err)
 	}
-	if err := sysctlIn(ns, "/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
+	if err := linux.WriteSysctl(ns, "/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
 		return err
 	}
 	// The standalone (the API server calling webhooks, kubectl
 	// port-forward) reaches the node's pods through it.
 	return netlink.RouteAdd(&netlink.Route{Dst: ipNet(n.PodCIDR), Gw: n.Address.AsSlice()})
-}
-
-// sysctlIn writes a sysctl of the network namespace ns: /proc/sys/net is
-// the calling thread's namespace's.
-func sysctlIn(ns netns.NsHandle, path, value string) error {
-	return inNamespace(ns, func() error { return os.WriteFile(path, []byte(value), 0o644) })
 }
 
 // Remove deletes the underlay bridge, which takes the nodes' veths and the

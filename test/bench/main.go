@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -47,8 +48,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -117,9 +120,12 @@ type result struct {
 	cpuSystemSeconds float64
 	peakRSSMiB       float64
 	eventsDropped    float64
-	backendChanges   float64
-	syncedSeconds    float64 // restart: start to caches synced
-	settledSeconds   float64 // restart: caches synced to first resync done
+	// webhookRejected: admission reviews answered 429 (the API server
+	// retries them within the webhook's timeout).
+	webhookRejected float64
+	backendChanges  float64
+	syncedSeconds   float64 // restart: start to caches synced
+	settledSeconds  float64 // restart: caches synced to first resync done
 	// restart, as the controller measured them from its start: the initial
 	// list of Networks, and caches synced after it.
 	listSeconds, syncedAfterListSeconds float64
@@ -208,13 +214,14 @@ func run(c config) error {
 				return err
 			}
 		}
-		// Each N has its own namespace, network namespace and cidrs: the
-		// controller (restricted to its namespace) sees exactly N
-		// Networks, and the bridges of the earlier N, left in place (their
-		// teardown would hold the kernel's lock for minutes), are not in
-		// its network namespace.
+		// Each N has its own namespaces, network namespace and cidrs, and
+		// the Networks of the step before are gone from the API (their
+		// finalizers removed, their bridges left in place in their own
+		// network namespace: deleting them would hold the kernel's lock
+		// for minutes): the controller (of every namespace, as its
+		// webhooks require) sees exactly N Networks.
 		args := controllerArgs{
-			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k), namespace: ours,
+			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k),
 			profiling: c.profileDir != "" && n == largest,
 		}
 		b.netnses = append(b.netnses, args.netns)
@@ -232,12 +239,18 @@ func run(c config) error {
 		if err := b.removeWebhooks(ctx, floor); err != nil {
 			return err
 		}
+		if err := b.purge(ctx, ours); err != nil {
+			return err
+		}
 		// The floor runs after netop, whose configurations it must not
 		// meet, with netop stopped.
 		if !c.skipFloor {
 			fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", n)
 			if st.floor, err = b.floor(ctx, floor, n, 100+k); err != nil {
 				return fmt.Errorf("floor, %d Networks: %w", n, err)
+			}
+			if err := b.purge(ctx, floor); err != nil {
+				return err
 			}
 		}
 		steps = append(steps, st)
@@ -259,6 +272,44 @@ func run(c config) error {
 type step struct {
 	networks             int
 	ours, floor, restart *result
+}
+
+// purge removes every Network of namespace from the API, with no
+// controller running: deleted, their finalizers dropped.
+func (b *bench) purge(ctx context.Context, namespace string) error {
+	nets := b.netop.SamplecrdV1().Networks(namespace)
+	if err := nets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("deleting the Networks of %s: %w", namespace, err)
+	}
+	list, err := nets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range b.cfg.concurrency {
+		wg.Go(func() {
+			for name := range work {
+				_, err := nets.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	for _, n := range list.Items {
+		work <- n.Name
+	}
+	close(work)
+	wg.Wait()
+	if failed.Load() > 0 {
+		return fmt.Errorf("%d Networks of %s kept their finalizers", failed.Load(), namespace)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := nets.List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(list.Items) == 0, nil
+	})
 }
 
 // removeWebhooks deletes the configurations netop registered, which would
@@ -528,6 +579,9 @@ func (c *child) metrics() (map[string]float64, error) {
 			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
+	for _, m := range families["netop_webhook_rejected_total"].GetMetric() {
+		out["webhook rejected"] += m.GetCounter().GetValue()
+	}
 	for _, m := range families["netop_events_dropped_total"].GetMetric() {
 		out["events dropped"] += m.GetCounter().GetValue()
 	}
@@ -646,12 +700,13 @@ func (r *result) record(ctx context.Context, c *child) {
 	})
 	r.writes = map[string]float64{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" && k != "events dropped" {
+		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" && k != "events dropped" && k != "webhook rejected" {
 			r.writes[k] = v
 		}
 	}
 	r.backendChanges = m["backend Created"] + m["backend Updated"] + m["backend Deleted"] + m["backend Swept"]
 	r.eventsDropped = m["events dropped"]
+	r.webhookRejected = m["webhook rejected"]
 	r.cpuSeconds, r.cpuSystemSeconds, r.peakRSSMiB = c.stop()
 }
 
@@ -741,6 +796,7 @@ func report(c config, steps []step, tutorial *result) {
 			"writes_per_network":                   ours.networkWrites() / float64(ours.networks),
 			"event_writes_per_network":             ours.eventWrites() / float64(ours.networks),
 			"events_dropped":                       ours.eventsDropped,
+			"webhook_rejected":                     ours.webhookRejected,
 			"controller_cpu_seconds":               ours.cpuSeconds,
 			"controller_cpu_ms_per_network":        1000 * ours.cpuSeconds / float64(ours.networks),
 			"controller_kernel_cpu_ms_per_network": 1000 * ours.cpuSystemSeconds / float64(ours.networks),

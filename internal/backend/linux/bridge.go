@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -212,7 +215,7 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	}
 
 	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.setUp(link); err != nil {
+		if err := b.setUp(logger, link, want.Gateway.Is6()); err != nil {
 			return changed, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 		changed = true
@@ -258,6 +261,8 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 			// detection would leave the gateway tentative, unusable, until
 			// the first port comes up. The address is netop's by design.
 			gw.Flags = unix.IFA_F_NODAD
+			// The bridge of a Network that was IPv4 has IPv6 off.
+			b.setIPv6(logger, name, true)
 		}
 		err := b.nl.AddrAdd(link, gw)
 		if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EINVAL) {
@@ -274,20 +279,55 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	return changed, nil
 }
 
-// setUp brings link up without an IPv6 link-local address. netop's
-// bridges and VXLAN ports need none (an IPv6 gateway is a global address,
-// and pods are given their routes), and each one costs the namespace: the
-// kernel sends duplicate address detection, router solicitations and
-// multicast listener reports for it, and routes each of those packets
-// through a table holding a link-local route per device, so that N
-// Networks on a node cost O(N²) of soft interrupts as they come up
-// (most of the machine's time with 1000 Networks on 50 nodes). The mode
-// applies when the link comes up: a link already up keeps its address.
-func (b *Backend) setUp(link netlink.Link) error {
+// setUp brings link up without an IPv6 link-local address, and without
+// IPv6 at all unless ipv6. netop's bridges and VXLAN ports need no
+// link-local address (an IPv6 gateway is a global address, and pods are
+// given their routes), and each one costs the namespace: the kernel sends
+// duplicate address detection, router solicitations and multicast listener
+// reports for it, and routes each of those packets through a table holding
+// a link-local route per device, so that N Networks on a node cost O(N²)
+// of soft interrupts as they come up (most of the machine's time with 1000
+// Networks on 50 nodes). IPv6 itself, even without addresses, costs each
+// link coming up O(N) in the kernel: a multicast route beside every other
+// device's and a walk of the whole IPv6 routing table (fib6_add_rt2node,
+// fib6_ifup; the last 1000 of 10000 bridges came up 5 times slower than
+// the first 1000). The mode and the sysctl apply when the link comes up:
+// a link already up keeps its addresses.
+func (b *Backend) setUp(logger klog.Logger, link netlink.Link, ipv6 bool) error {
+	if !ipv6 {
+		b.setIPv6(logger, link.Attrs().Name, false)
+	}
 	if err := b.nl.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
 		return fmt.Errorf("turn IPv6 address generation off: %w", err)
 	}
 	return b.nl.LinkSetUp(link)
+}
+
+// setIPv6 turns IPv6 on or off on the link named name, through its sysctl
+// (netlink cannot). It is best effort: a read-only /proc/sys (an agent
+// without privileges beyond NET_ADMIN) or a kernel without IPv6 leaves
+// links as they are, which only costs time; that is said once.
+func (b *Backend) setIPv6(logger klog.Logger, name string, on bool) {
+	if b.ipv6SysctlUnavailable.Load() {
+		return
+	}
+	value := "1"
+	if on {
+		value = "0"
+	}
+	err := WriteSysctl(b.ns, filepath.Join("/proc/sys/net/ipv6/conf", name, "disable_ipv6"), value)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, statErr := os.Stat("/proc/sys/net/ipv6"); statErr == nil {
+			return // the link went meanwhile
+		}
+		err = errors.New("this kernel has no IPv6")
+	}
+	if b.ipv6SysctlUnavailable.CompareAndSwap(false, true) {
+		logger.Info("Cannot turn IPv6 off on the bridges of IPv4 Networks: each bridge then costs the kernel time in proportion to the number of links when it comes up", "err", err)
+	}
 }
 
 // addrGenModeNone is IN6_ADDR_GEN_MODE_NONE: no link-local address.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -54,6 +55,9 @@ type Backend struct {
 	nl        netlinkOps
 	closeOnce sync.Once
 	overlay   *Overlay
+	// ipv6SysctlUnavailable is set once writing a link's IPv6 sysctl
+	// failed for a reason that holds for every link.
+	ipv6SysctlUnavailable atomic.Bool
 }
 
 // netlinkOps is the part of *netlink.Handle that the backend uses.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -290,6 +291,15 @@ func TestEnsureCreatesBridge(t *testing.T) {
 	if addrs, err := e.hand.AddrList(link, netlink.FAMILY_V6); err != nil || len(addrs) != 0 {
 		t.Errorf("IPv6 addresses on the bridge of an IPv4 Network: %v %v", addrs, err)
 	}
+	// Nor IPv6 at all: not even the multicast route every IPv6 link gets,
+	// which costs each new link a walk past every other link's.
+	if got := e.ipv6Disabled(t, link.Attrs().Name); got != "1" {
+		t.Errorf("disable_ipv6 of the bridge of an IPv4 Network is %q, want 1", got)
+	}
+	routes, err := e.hand.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil || len(routes) != 0 {
+		t.Errorf("IPv6 routes through the bridge of an IPv4 Network: %v %v", routes, err)
+	}
 	// Nor multicast snooping, whose group the bridge would report.
 	if br, ok := link.(*netlink.Bridge); !ok || br.MulticastSnooping == nil || *br.MulticastSnooping {
 		t.Errorf("multicast snooping on the bridge: %+v", link)
@@ -339,11 +349,28 @@ func TestEnsureUpdatesAddress(t *testing.T) {
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 
-	// Family change.
+	// Family change: the bridge, made with IPv6 off, gets it back.
 	want.CIDR = netip.MustParsePrefix("fd00:1::/64")
 	want.Gateway = netip.MustParseAddr("fd00:1::1")
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
+	if got := e.ipv6Disabled(t, BridgeName(want.UID)); got != "0" {
+		t.Errorf("disable_ipv6 of the bridge of an IPv6 Network is %q, want 0", got)
+	}
+}
+
+// ipv6Disabled reads the disable_ipv6 sysctl of link name.
+func (e *testEnv) ipv6Disabled(t *testing.T, name string) string {
+	t.Helper()
+	var value []byte
+	err := InNetns(e.b.ns, func() (err error) {
+		value, err = os.ReadFile(filepath.Join("/proc/sys/net/ipv6/conf", name, "disable_ipv6"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(value))
 }
 
 func TestEnsureIPv6(t *testing.T) {
@@ -351,6 +378,9 @@ func TestEnsureIPv6(t *testing.T) {
 	want := network(t, "net6", "2001:db8:1::/64", "2001:db8:1::1")
 	e.ensure(t, want, backend.ActionCreated)
 	e.checkBridge(t, want)
+	if got := e.ipv6Disabled(t, BridgeName(want.UID)); got != "0" {
+		t.Errorf("disable_ipv6 of the bridge of an IPv6 Network is %q, want 0", got)
+	}
 
 	// Link-local addresses belong to the kernel and stay.
 	link, err := e.hand.LinkByName(BridgeName(want.UID))

@@ -152,6 +152,49 @@ func mountNewNetns(path string) error {
 	return nil
 }
 
+// InNetns runs f on a thread in the network namespace ns, then puts the
+// thread back in its own namespace; a thread that cannot go back ends with
+// the goroutine instead of serving others from the wrong namespace. With
+// ns not open (netns.None(): the process's own namespace), f just runs.
+func InNetns(ns netns.NsHandle, f func() error) error {
+	if !ns.IsOpen() {
+		return f()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("this thread's network namespace: %w", err)
+	}
+	defer func() { _ = host.Close() }()
+	if err := netns.Set(ns); err != nil {
+		return fmt.Errorf("entering network namespace: %w", err)
+	}
+	fErr := f()
+	if err := netns.Set(host); err != nil {
+		// LockOSThread without its Unlock makes the runtime end the
+		// thread with this goroutine.
+		runtime.LockOSThread()
+		return errors.Join(fErr, fmt.Errorf("leaving network namespace: %w", err))
+	}
+	return fErr
+}
+
+// WriteSysctl writes a sysctl of the network namespace ns: /proc/sys/net
+// is the calling thread's namespace's, chosen when the file is opened.
+func WriteSysctl(ns netns.NsHandle, path, value string) error {
+	var f *os.File
+	err := InNetns(ns, func() (err error) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	return errors.Join(err, f.Close())
+}
+
 // checkNetns reports whether name is a usable network namespace; the error
 // matches fs.ErrNotExist when it does not exist.
 func checkNetns(name string) error {

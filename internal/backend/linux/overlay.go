@@ -175,7 +175,7 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		// Made down, as bridges are, to come up without IPv6 link-local.
-		if err := b.setUp(link); err != nil {
+		if err := b.setUp(logger, link, false); err != nil {
 			return changed, fmt.Errorf("set VXLAN device %s up: %w", name, err)
 		}
 		changed = true
