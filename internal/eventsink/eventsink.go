@@ -30,8 +30,9 @@ import (
 const (
 	// DroppedQueueFull: its writer's queue was full.
 	DroppedQueueFull = "queue_full"
-	// DroppedRejected: the API server refused it (not a conflict with an
-	// Event already there), so trying again cannot help.
+	// DroppedRejected: the API server refused it for what it is (invalid,
+	// forbidden), so trying again cannot help. Errors that say to come
+	// back later (429, 5xx, timeouts) are retried.
 	DroppedRejected = "rejected"
 	// DroppedNamespaceTerminating: its namespace is being deleted, with
 	// the object it is about.
@@ -39,7 +40,7 @@ const (
 	// DroppedRetriesExhausted: the API server could not be reached for the
 	// whole backoff.
 	DroppedRetriesExhausted = "retries_exhausted"
-	// DroppedStopped: it was still queued when the sink stopped.
+	// DroppedStopped: the sink was stopped before it could write it.
 	DroppedStopped = "stopped"
 )
 
@@ -50,8 +51,8 @@ type Options struct {
 	// QueueLength is each writer's queue (default 1000).
 	QueueLength int
 	// Backoff is how a write is retried while the API server cannot be
-	// reached (default: 10 tries from 200 ms doubling up to 10 s, about a
-	// minute in all).
+	// reached or asks to come back later (default: 9 tries 200 ms apart,
+	// doubling, about 50 s in all: an API server restart).
 	Backoff wait.Backoff
 	// Written is called for each Event write that succeeded; Dropped for
 	// each one given up, with its reason. Either may be nil.
@@ -75,18 +76,25 @@ type write struct {
 
 // Sink is a record.EventSink that queues and returns at once.
 type Sink struct {
-	next    record.EventSink
-	opts    Options
-	queues  []chan write
-	stopped <-chan struct{}
-	done    sync.WaitGroup
+	next   record.EventSink
+	opts   Options
+	queues []chan write
+	// ctx ends in-flight retries; stop is closed by Stop. closed, under mu,
+	// keeps an enqueue from racing a writer's last flush: what is queued
+	// before Stop is written or counted, what comes after is counted.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stop    chan struct{}
+	mu      sync.RWMutex
+	closed  bool
+	writers sync.WaitGroup
 }
 
 var _ record.EventSink = (*Sink)(nil)
 
-// Start returns a Sink writing to next until ctx is done, then writing once
-// what is still queued (for up to flushTimeout); Wait returns once its
-// writers have stopped.
+// Start returns a Sink writing to next until Stop. ctx gives the logger;
+// its end does not stop the sink, so that the Events of a controller that
+// is stopping with the same ctx are still written.
 func Start(ctx context.Context, next record.EventSink, o Options) *Sink {
 	if o.Writers <= 0 {
 		o.Writers = 8
@@ -95,20 +103,37 @@ func Start(ctx context.Context, next record.EventSink, o Options) *Sink {
 		o.QueueLength = 1000
 	}
 	if o.Backoff.Steps == 0 {
-		o.Backoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 10 * time.Second}
+		// No Cap: a capped backoff stops at the cap (apimachinery's
+		// Backoff sets Steps to 0 there).
+		o.Backoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 9}
 	}
-	s := &Sink{next: next, opts: o, stopped: ctx.Done()}
 	logger := klog.FromContext(ctx).WithName("events")
+	s := &Sink{next: next, opts: o, stop: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for range o.Writers {
 		q := make(chan write, o.QueueLength)
 		s.queues = append(s.queues, q)
-		s.done.Go(func() { s.run(ctx, logger, q) })
+		s.writers.Go(func() { s.run(logger, q) })
 	}
 	return s
 }
 
-// Wait returns once the writers have stopped.
-func (s *Sink) Wait() { s.done.Wait() }
+// Stop writes what is queued, once each, for up to flushTimeout, counts
+// the rest, and returns once the writers have stopped. Events handed to
+// the sink afterwards are counted as dropped.
+func (s *Sink) Stop() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.writers.Wait()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	close(s.stop)
+	s.writers.Wait()
+}
 
 // Create queues the creation of e.
 func (s *Sink) Create(e *corev1.Event) (*corev1.Event, error) {
@@ -135,29 +160,35 @@ func (s *Sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 func (s *Sink) enqueue(w write) {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(w.event.Namespace + "/" + w.event.Name))
-	select {
-	case <-s.stopped:
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
 		s.dropped(DroppedStopped)
+		return
+	}
+	select {
 	case s.queues[h.Sum32()%uint32(len(s.queues))] <- w:
 	default:
 		s.dropped(DroppedQueueFull)
 	}
 }
 
-func (s *Sink) run(ctx context.Context, logger klog.Logger, q chan write) {
+func (s *Sink) run(logger klog.Logger, q chan write) {
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.stop:
 			s.flush(logger, q)
 			return
 		case w := <-q:
-			s.write(ctx, logger, w)
+			s.write(logger, w)
 		}
 	}
 }
 
 // flushTimeout bounds how long a stopping sink spends writing what is
-// queued, once each, so that a clean stop keeps its last Events.
+// queued, once each, so that a clean stop keeps its last Events (a request
+// in flight when it passes still finishes: the event client's timeout
+// bounds it).
 const flushTimeout = 5 * time.Second
 
 func (s *Sink) flush(logger klog.Logger, q chan write) {
@@ -169,31 +200,39 @@ func (s *Sink) flush(logger klog.Logger, q chan write) {
 				s.dropped(DroppedStopped)
 				continue
 			}
-			if err := s.do(w); err != nil && !apierrors.IsAlreadyExists(err) {
-				logger.V(2).Info("Dropped an Event while stopping", "eventReason", w.event.Reason, "err", err)
-				s.dropped(DroppedStopped)
-				continue
-			}
-			if s.opts.Written != nil {
-				s.opts.Written()
-			}
+			s.writeOnce(logger, w)
 		default:
 			return
 		}
 	}
 }
 
+// writeOnce tries w once: the sink is stopping.
+func (s *Sink) writeOnce(logger klog.Logger, w write) {
+	if err := s.do(w); err != nil && !apierrors.IsAlreadyExists(err) {
+		logger.V(2).Info("Dropped an Event while stopping", "eventReason", w.event.Reason, "err", err)
+		s.dropped(DroppedStopped)
+		return
+	}
+	if s.opts.Written != nil {
+		s.opts.Written()
+	}
+}
+
 // write tries w until it is written, refused, or the backoff is spent.
-func (s *Sink) write(ctx context.Context, logger klog.Logger, w write) {
+func (s *Sink) write(logger klog.Logger, w write) {
+	if s.ctx.Err() != nil {
+		s.writeOnce(logger, w) // taken from the queue as Stop came
+		return
+	}
 	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, s.opts.Backoff, func(context.Context) (bool, error) {
+	err := wait.ExponentialBackoffWithContext(s.ctx, s.opts.Backoff, func(context.Context) (bool, error) {
 		last = s.do(w)
 		if last == nil || apierrors.IsAlreadyExists(last) {
 			return true, nil
 		}
-		var status apierrors.APIStatus
-		if errors.As(last, &status) {
-			return false, last // the server answered: the same request gets the same answer
+		if final(last) {
+			return false, last // the same request would get the same answer
 		}
 		return false, nil
 	})
@@ -207,7 +246,7 @@ func (s *Sink) write(ctx context.Context, logger klog.Logger, w write) {
 	switch {
 	case apierrors.HasStatusCause(last, corev1.NamespaceTerminatingCause):
 		reason = DroppedNamespaceTerminating
-	case ctx.Err() != nil:
+	case s.ctx.Err() != nil:
 		reason = DroppedStopped
 	case wait.Interrupted(err):
 		reason = DroppedRetriesExhausted
@@ -215,6 +254,18 @@ func (s *Sink) write(ctx context.Context, logger klog.Logger, w write) {
 	logger.V(2).Info("Dropped an Event", "reason", reason, "object", klog.KRef(w.event.InvolvedObject.Namespace, w.event.InvolvedObject.Name),
 		"eventReason", w.event.Reason, "err", last)
 	s.dropped(reason)
+}
+
+// final reports whether err is the API server refusing the request itself,
+// rather than the server being unreachable, busy or failing for now.
+func final(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false // transport: not answered
+	}
+	_, later := apierrors.SuggestsClientDelay(err)
+	return !later && !apierrors.IsTooManyRequests(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsTimeout(err) &&
+		!apierrors.IsServiceUnavailable(err) && !apierrors.IsInternalError(err) && !apierrors.IsUnexpectedServerError(err)
 }
 
 func (s *Sink) do(w write) error {

@@ -111,6 +111,7 @@ func TestBurstArrives(t *testing.T) {
 	api := &slowSink{latency: 5 * time.Millisecond, events: map[string]*corev1.Event{}}
 	var c counts
 	sink := Start(ctx, api, c.options())
+	defer sink.Stop()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(sink)
@@ -143,6 +144,7 @@ func TestRepeatsInOrder(t *testing.T) {
 	api := &slowSink{events: map[string]*corev1.Event{}}
 	var c counts
 	sink := Start(ctx, api, c.options())
+	defer sink.Stop()
 	for i := range 50 {
 		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("e%d", i)}, Count: 1}
 		if _, err := sink.Create(e); err != nil {
@@ -190,8 +192,14 @@ func TestDropsCounted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	unreachable := errors.New("connection refused")
+	busy := 0
 	api := &slowSink{events: map[string]*corev1.Event{}, fail: func(_ string, e *corev1.Event) error {
 		switch e.Name {
+		case "busy":
+			// Come back later, twice: retried, then written.
+			if busy++; busy <= 2 {
+				return apierrors.NewServiceUnavailable("restarting")
+			}
 		case "invalid":
 			return apierrors.NewBadRequest("bad")
 		case "terminating":
@@ -205,7 +213,8 @@ func TestDropsCounted(t *testing.T) {
 	}}
 	var c counts
 	sink := Start(ctx, api, c.options())
-	for _, name := range []string{"invalid", "terminating", "unreachable", "fine"} {
+	defer sink.Stop()
+	for _, name := range []string{"invalid", "terminating", "unreachable", "busy", "fine"} {
 		if _, err := sink.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}); err != nil {
 			t.Fatal(err)
 		}
@@ -213,10 +222,10 @@ func TestDropsCounted(t *testing.T) {
 	want := map[string]int{DroppedRejected: 1, DroppedNamespaceTerminating: 1, DroppedRetriesExhausted: 1}
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		written, dropped := c.get()
-		return written == 1 && fmt.Sprint(dropped) == fmt.Sprint(want), nil
+		return written == 2 && fmt.Sprint(dropped) == fmt.Sprint(want), nil
 	}); err != nil {
 		written, dropped := c.get()
-		t.Fatalf("written %d, dropped %v; want 1 and %v", written, dropped, want)
+		t.Fatalf("written %d, dropped %v; want 2 and %v", written, dropped, want)
 	}
 
 	// A full queue drops and counts, without blocking the caller.
@@ -237,6 +246,32 @@ func TestDropsCounted(t *testing.T) {
 		t.Errorf("dropped %v, want at least 7 for %s", dropped, DroppedQueueFull)
 	}
 	close(block)
-	cancel()
-	sink.Wait()
+	sink.Stop()
+}
+
+// Stop writes what was queued before it, and counts what comes after.
+func TestStopFlushes(t *testing.T) {
+	block := make(chan struct{})
+	api := &slowSink{events: map[string]*corev1.Event{}, fail: func(string, *corev1.Event) error { <-block; return nil }}
+	var c counts
+	o := c.options()
+	o.Writers = 1
+	sink := Start(context.Background(), api, o)
+	for i := range 5 {
+		if _, err := sink.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprint(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { sink.Stop(); close(stopped) }()
+	close(block) // the writer was held in its first write
+	<-stopped
+	if _, err := sink.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	written, dropped := c.get()
+	if written != 5 || api.stored() != 5 || dropped[DroppedStopped] != 1 || len(dropped) != 1 {
+		t.Errorf("written %d (stored %d), dropped %v; want the 5 queued before Stop written and the late one counted as %s",
+			written, api.stored(), dropped, DroppedStopped)
+	}
 }

@@ -155,16 +155,18 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
 	// Events get a client, and so a rate limiter, of their own: they are
 	// best effort, and must not slow the status writes down.
-	eventClient, err := kubernetes.NewForConfig(cfg)
+	eventsConfig := rest.CopyConfig(cfg)
+	// Bounds a stop's last writes (eventsink's flush) and a hung request.
+	eventsConfig.Timeout = 10 * time.Second
+	eventClient, err := kubernetes.NewForConfig(eventsConfig)
 	if err != nil {
 		return nil, fmt.Errorf("event client: %w", err)
 	}
-	eventsCtx, stopEvents := context.WithCancel(ctx)
-	op.stopEvents = func() { stopEvents(); op.events.Wait() }
-	op.events = eventsink.Start(eventsCtx, &typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")}, eventsink.Options{
+	op.events = eventsink.Start(ctx, &typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")}, eventsink.Options{
 		Written: op.metrics.EventsWritten.Inc,
 		Dropped: func(reason string) { op.metrics.EventsDropped.WithLabelValues(reason).Inc() },
 	})
+	op.stopEvents = op.events.Stop
 	op.broadcaster.StartRecordingToSink(op.events)
 
 	fail := func(err error) (*Operator, error) {

@@ -304,11 +304,13 @@ func (b *Backend) setUp(logger klog.Logger, link netlink.Link, ipv6 bool) error 
 }
 
 // setIPv6 turns IPv6 on or off on the link named name, through its sysctl
-// (netlink cannot). It is best effort: a read-only /proc/sys (an agent
-// without privileges beyond NET_ADMIN) or a kernel without IPv6 leaves
-// links as they are, which only costs time; that is said once.
+// (netlink cannot). Turning it off is best effort: a read-only /proc/sys
+// (an agent without privileges beyond NET_ADMIN) or a kernel without IPv6
+// leaves links as they are, which only costs time; that is said once, and
+// not tried again. Turning it on is always tried: an IPv6 gateway needs it,
+// and adding one says clearly if it is still off.
 func (b *Backend) setIPv6(logger klog.Logger, name string, on bool) {
-	if b.ipv6SysctlUnavailable.Load() {
+	if !on && b.ipv6SysctlUnavailable.Load() {
 		return
 	}
 	value := "1"
@@ -316,14 +318,17 @@ func (b *Backend) setIPv6(logger klog.Logger, name string, on bool) {
 		value = "0"
 	}
 	err := WriteSysctl(b.ns, filepath.Join("/proc/sys/net/ipv6/conf", name, "disable_ipv6"), value)
-	if err == nil {
+	switch {
+	case err == nil:
 		return
-	}
-	if errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist):
 		if _, statErr := os.Stat("/proc/sys/net/ipv6"); statErr == nil {
 			return // the link went meanwhile
 		}
 		err = errors.New("this kernel has no IPv6")
+	case !errors.Is(err, unix.EROFS) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM):
+		logger.V(2).Info("Cannot set IPv6 on a link", "link", name, "on", on, "err", err)
+		return
 	}
 	if b.ipv6SysctlUnavailable.CompareAndSwap(false, true) {
 		logger.Info("Cannot turn IPv6 off on the bridges of IPv4 Networks: each bridge then costs the kernel time in proportion to the number of links when it comes up", "err", err)

@@ -152,32 +152,40 @@ func mountNewNetns(path string) error {
 	return nil
 }
 
-// InNetns runs f on a thread in the network namespace ns, then puts the
-// thread back in its own namespace; a thread that cannot go back ends with
-// the goroutine instead of serving others from the wrong namespace. With
-// ns not open (netns.None(): the process's own namespace), f just runs.
+// InNetns runs f on a thread in the network namespace ns. f runs on a
+// goroutine of its own, whose thread is unlocked only once it is back in
+// its original namespace; if it cannot go back, the goroutine ends still
+// locked and the Go runtime destroys the thread rather than let anything
+// else run in the wrong namespace. With ns not open (netns.None(): the
+// process's own namespace), f just runs.
 func InNetns(ns netns.NsHandle, f func() error) error {
 	if !ns.IsOpen() {
 		return f()
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("this thread's network namespace: %w", err)
-	}
-	defer func() { _ = host.Close() }()
-	if err := netns.Set(ns); err != nil {
-		return fmt.Errorf("entering network namespace: %w", err)
-	}
-	fErr := f()
-	if err := netns.Set(host); err != nil {
-		// LockOSThread without its Unlock makes the runtime end the
-		// thread with this goroutine.
+	errc := make(chan error, 1)
+	go func() {
 		runtime.LockOSThread()
-		return errors.Join(fErr, fmt.Errorf("leaving network namespace: %w", err))
-	}
-	return fErr
+		host, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("this thread's network namespace: %w", err)
+			return
+		}
+		defer func() { _ = host.Close() }()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread() // a failed setns leaves the thread where it was
+			errc <- fmt.Errorf("entering network namespace: %w", err)
+			return
+		}
+		fErr := f()
+		if err := netns.Set(host); err != nil {
+			errc <- errors.Join(fErr, fmt.Errorf("leaving network namespace: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fErr
+	}()
+	return <-errc
 }
 
 // WriteSysctl writes a sysctl of the network namespace ns: /proc/sys/net
