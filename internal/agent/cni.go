@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -98,19 +99,64 @@ func (c *CNIInstall) Run(ctx context.Context) error {
 
 // installBinary copies Executable to BinDir/netop-cni unless it is there
 // already, through a rename so that the runtime never runs half a file.
+// The comparison streams both files: an agent's start should not hold two
+// copies of its own binary in memory to find that nothing changed.
 func (c *CNIInstall) installBinary() error {
+	dst := filepath.Join(c.BinDir, plugin.Type)
+	if same, err := sameContent(c.Executable, dst); err == nil && same {
+		return nil
+	}
 	src, err := os.ReadFile(c.Executable)
 	if err != nil {
 		return fmt.Errorf("read the CNI plugin %s: %w", c.Executable, err)
-	}
-	dst := filepath.Join(c.BinDir, plugin.Type)
-	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, src) {
-		return nil
 	}
 	if err := writeFile(dst, src, 0o755); err != nil {
 		return fmt.Errorf("install the CNI plugin: %w", err)
 	}
 	return nil
+}
+
+// sameContent reports whether the files a and b hold the same bytes,
+// comparing sizes first, then 64 KiB at a time.
+func sameContent(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = fa.Close() }()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = fb.Close() }()
+	sa, err := fa.Stat()
+	if err != nil {
+		return false, err
+	}
+	sb, err := fb.Stat()
+	if err != nil {
+		return false, err
+	}
+	if sa.Size() != sb.Size() {
+		return false, nil
+	}
+	bufA, bufB := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, errA := io.ReadFull(fa, bufA)
+		nb, errB := io.ReadFull(fb, bufB)
+		if na != nb || !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		if errA == io.EOF || errA == io.ErrUnexpectedEOF {
+			return errB == errA, nil
+		}
+		if errA != nil {
+			return false, errA
+		}
+		if errB != nil {
+			return false, errB
+		}
+	}
 }
 
 // writeKubeconfig writes the plugin's kubeconfig, which reads its token

@@ -94,4 +94,24 @@ func TestCNIInstallRenewsTokens(t *testing.T) {
 	if got, _ := os.ReadFile(installed); string(got) != "plugin v2" {
 		t.Errorf("installed plugin after an upgrade: %q", got)
 	}
+	// Another size, and more than one comparison chunk.
+	big := bytes.Repeat([]byte("plugin v3 "), 20000)
+	for _, content := range [][]byte{[]byte("plugin v10"), big, append(bytes.Clone(big[:len(big)-1]), '!'), big} {
+		if err := os.WriteFile(exe, content, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.installBinary(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(installed); !bytes.Equal(got, content) {
+			t.Errorf("installed plugin after an upgrade to %d bytes: %d bytes", len(content), len(got))
+		}
+	}
+	before, _ = os.Stat(installed)
+	if err := c.installBinary(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(installed); !os.SameFile(before, after) {
+		t.Errorf("the same %d-byte binary was written again", len(big))
+	}
 }
