@@ -79,12 +79,12 @@ type Sink struct {
 	next   record.EventSink
 	opts   Options
 	queues []chan write
-	// ctx ends in-flight retries; stop is closed by Stop. closed, under mu,
-	// keeps an enqueue from racing a writer's last flush: what is queued
-	// before Stop is written or counted, what comes after is counted.
+	// ctx ends with Stop: the writers flush and return, in-flight retries
+	// end. closed, under mu, keeps an enqueue from racing a writer's last
+	// flush: what is queued before Stop is written or counted, what comes
+	// after is counted.
 	ctx     context.Context
 	cancel  context.CancelFunc
-	stop    chan struct{}
 	mu      sync.RWMutex
 	closed  bool
 	writers sync.WaitGroup
@@ -108,7 +108,7 @@ func Start(ctx context.Context, next record.EventSink, o Options) *Sink {
 		o.Backoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 9}
 	}
 	logger := klog.FromContext(ctx).WithName("events")
-	s := &Sink{next: next, opts: o, stop: make(chan struct{})}
+	s := &Sink{next: next, opts: o}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for range o.Writers {
 		q := make(chan write, o.QueueLength)
@@ -131,7 +131,6 @@ func (s *Sink) Stop() {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
-	close(s.stop)
 	s.writers.Wait()
 }
 
@@ -176,7 +175,7 @@ func (s *Sink) enqueue(w write) {
 func (s *Sink) run(logger klog.Logger, q chan write) {
 	for {
 		select {
-		case <-s.stop:
+		case <-s.ctx.Done():
 			s.flush(logger, q)
 			return
 		case w := <-q:
@@ -214,9 +213,7 @@ func (s *Sink) writeOnce(logger klog.Logger, w write) {
 		s.dropped(DroppedStopped)
 		return
 	}
-	if s.opts.Written != nil {
-		s.opts.Written()
-	}
+	s.written()
 }
 
 // write tries w until it is written, refused, or the backoff is spent.
@@ -237,9 +234,7 @@ func (s *Sink) write(logger klog.Logger, w write) {
 		return false, nil
 	})
 	if err == nil {
-		if s.opts.Written != nil {
-			s.opts.Written()
-		}
+		s.written()
 		return
 	}
 	reason := DroppedRejected
@@ -286,6 +281,12 @@ func (s *Sink) do(w write) error {
 	e.ResourceVersion = ""
 	_, err = s.next.Create(e)
 	return err
+}
+
+func (s *Sink) written() {
+	if s.opts.Written != nil {
+		s.opts.Written()
+	}
 }
 
 func (s *Sink) dropped(reason string) {

@@ -69,10 +69,8 @@ type Operator struct {
 	controller  *network.Controller
 	metrics     *metrics.Metrics
 	broadcaster record.EventBroadcaster
-	// events writes the broadcaster's Events, several at once;
-	// stopEvents writes what is queued and stops it.
+	// events writes the broadcaster's Events, several at once.
 	events      *eventsink.Sink
-	stopEvents  func()
 	kubeFactory kubeinformers.SharedInformerFactory
 	templates   kubeinformers.SharedInformerFactory
 	// pods is the pod cache of the address allocation, trimmed to what
@@ -166,12 +164,11 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		Written: op.metrics.EventsWritten.Inc,
 		Dropped: func(reason string) { op.metrics.EventsDropped.WithLabelValues(reason).Inc() },
 	})
-	op.stopEvents = op.events.Stop
 	op.broadcaster.StartRecordingToSink(op.events)
 
 	fail := func(err error) (*Operator, error) {
 		op.broadcaster.Shutdown()
-		op.stopEvents()
+		op.events.Stop()
 		op.close()
 		return nil, err
 	}
@@ -473,7 +470,7 @@ func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
 // its error is returned.
 func (op *Operator) Run(ctx context.Context) error {
 	defer op.close()
-	defer op.stopEvents() // after the broadcaster's shutdown: defers run last first
+	defer op.events.Stop() // after the broadcaster's shutdown: defers run last first
 	defer op.broadcaster.Shutdown()
 	op.started = time.Now()
 	logger := klog.FromContext(ctx)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 
@@ -286,4 +287,23 @@ func ApplyManifests(ctx context.Context, cfg *rest.Config, manifests []byte) err
 		}
 	}
 	return nil
+}
+
+// RegisterNode creates the Node name with internalIP as its InternalIP,
+// as a kubelet would report it (addresses are status). The node controller
+// may write the new Node meanwhile (taints), so the status write is
+// retried on conflict.
+func RegisterNode(ctx context.Context, kube kubernetes.Interface, name, internalIP string) error {
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Node %s: %w", name, err)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+		_, err = kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
@@ -156,21 +154,7 @@ func TestControllerAndAgents(t *testing.T) {
 	}
 	underlay(t, nodes, addrs)
 	for i, n := range nodes {
-		if _, err := env.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		// Addresses are status, as a kubelet reports them; the node
-		// controller may write the new Node meanwhile (taints).
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			node, err := env.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addrs[i]}}
-			_, err = env.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-			return err
-		})
-		if err != nil {
+		if err := testenv.RegisterNode(ctx, env.Kube, n.name, addrs[i]); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
