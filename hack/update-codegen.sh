@@ -9,7 +9,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 module=$(go list -m)
-apis=(samplecrd/v1 netop/v1alpha1)
+apis=(samplecrd/v1 netop/v1alpha1 cnat/v1alpha1)
 header=hack/boilerplate.go.txt
 out=pkg/generated
 

@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -51,7 +52,10 @@ type Metrics struct {
 	// APIRequests counts every request to the API server, reads and
 	// watches included, by verb (the HTTP method).
 	APIRequests *prometheus.CounterVec
-	Startup     *prometheus.GaugeVec
+	// APIBytes counts the bytes of request and response bodies, by
+	// direction (sent, received) and encoding (protobuf, json, other).
+	APIBytes *prometheus.CounterVec
+	Startup  *prometheus.GaugeVec
 	// WebhookRejected counts admission reviews refused with 429 by the
 	// webhook server's limits, by limit (in_flight, bytes).
 	WebhookRejected *prometheus.CounterVec
@@ -109,6 +113,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "api_requests_total",
 			Help: "Requests sent to the API server, reads and watches included, by HTTP method.",
 		}, []string{"method"}),
+		APIBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_bytes_total",
+			Help: "Bytes of the bodies of requests sent to and responses (watches included) received from the API server, as decoded (after gzip), by direction (sent, received) and encoding (protobuf, json, other).",
+		}, []string{"direction", "encoding"}),
 		APIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "api_writes_total",
 			Help: "Requests that change state sent to the API server, by verb and resource.",
@@ -149,7 +157,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.Startup, m.WebhookRejected, m.Leader, m.EventsWritten, m.EventsDropped,
+		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.APIBytes, m.Startup, m.WebhookRejected, m.Leader, m.EventsWritten, m.EventsDropped,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)
@@ -170,9 +178,10 @@ func (m *Metrics) ObserveBackend(backend, operation string, d time.Duration, err
 	m.BackendDuration.WithLabelValues(backend, operation, result).Observe(d.Seconds())
 }
 
-// CountWrites wraps an API client transport so that every request that
-// changes state is counted by verb and resource.
-func (m *Metrics) CountWrites(rt http.RoundTripper) http.RoundTripper {
+// CountRequests wraps an API client transport so that every request is
+// counted by method, every request that changes state by verb and
+// resource, and the bytes of both ways by encoding.
+func (m *Metrics) CountRequests(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		m.APIRequests.WithLabelValues(req.Method).Inc()
 		switch req.Method {
@@ -180,8 +189,46 @@ func (m *Metrics) CountWrites(rt http.RoundTripper) http.RoundTripper {
 		default:
 			m.APIWrites.WithLabelValues(strings.ToLower(req.Method), resourceOf(req.URL.Path)).Inc()
 		}
-		return rt.RoundTrip(req)
+		if req.ContentLength > 0 {
+			m.APIBytes.WithLabelValues("sent", encodingOf(req.Header.Get("Content-Type"))).Add(float64(req.ContentLength))
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.Body != nil {
+			resp.Body = &countingBody{ReadCloser: resp.Body, bytes: m.APIBytes.WithLabelValues("received", encodingOf(resp.Header.Get("Content-Type")))}
+		}
+		return resp, err
 	})
+}
+
+// encodingOf names a body's encoding by its media type: protobuf (watch
+// streams too: ";stream=watch"), json (patches too, and the
+// apply-patch+yaml of client-go's apply configurations, which is JSON) or
+// other.
+func encodingOf(contentType string) string {
+	media, _, _ := strings.Cut(contentType, ";")
+	switch media = strings.TrimSpace(media); {
+	case media == "application/vnd.kubernetes.protobuf":
+		return "protobuf"
+	case strings.HasSuffix(media, "json"), strings.HasSuffix(media, "+yaml"):
+		return "json"
+	default:
+		return "other"
+	}
+}
+
+// countingBody counts what is read of a response body as it is read, so
+// that a watch's stream is counted as it arrives.
+type countingBody struct {
+	io.ReadCloser
+	bytes prometheus.Counter
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.bytes.Add(float64(n))
+	}
+	return n, err
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

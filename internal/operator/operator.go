@@ -39,15 +39,18 @@ import (
 	"github.com/netop-dev/netop/internal/backend/agents"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
+	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/nad"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/controller/workload"
 	"github.com/netop-dev/netop/internal/eventsink"
 	"github.com/netop-dev/netop/internal/httpserver"
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/version"
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -60,6 +63,7 @@ var scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(samplecrdv1.AddToScheme(scheme))
+	utilruntime.Must(cnatv1alpha1.AddToScheme(scheme))
 }
 
 // Operator is netop configured for one cluster, ready to run.
@@ -90,6 +94,7 @@ type Operator struct {
 	nadKeep   *nad.Controller
 	admission *admission
 	workloads *workload.Controller
+	ats       *at.Controller
 	backend   backend.Backend
 	close     func()
 	synced    atomic.Bool
@@ -114,8 +119,8 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	cfg.UserAgent = "netop/" + version.String()
-	cfg.Wrap(op.metrics.CountWrites)
-	kube, err := kubernetes.NewForConfig(cfg)
+	cfg.Wrap(op.metrics.CountRequests)
+	kube, err := kubeclient.New(cfg, o.KubeAPIContentType)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -153,7 +158,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	recorder := op.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "netop"})
 	// Events get a client, and so a rate limiter, of their own: they are
 	// best effort, and must not slow the status writes down.
-	eventsConfig := rest.CopyConfig(cfg)
+	eventsConfig := kubeclient.Config(cfg, o.KubeAPIContentType)
 	// Bounds a stop's last writes (eventsink's flush) and a hung request.
 	eventsConfig.Timeout = 10 * time.Second
 	eventClient, err := kubernetes.NewForConfig(eventsConfig)
@@ -212,6 +217,14 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 
 	if op.nadKeep, err = op.newNADController(ctx, cfg, kube, recorder); err != nil {
 		return fail(err)
+	}
+
+	if o.RunAts {
+		op.ats, err = at.New(ctx, client, kube, op.factory.Cnat().V1alpha1().Ats(), op.pods.Core().V1().Pods(), recorder, op.metrics,
+			at.Options{Workers: o.Workers, Image: o.AtImage})
+		if err != nil {
+			return fail(err)
+		}
 	}
 
 	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
@@ -441,9 +454,10 @@ func dropManagedFields(obj any) (any, error) {
 }
 
 // trimPod keeps of a pod what the address allocation reads (identity,
-// annotations, phase) and its Ready condition, which says whether a node
-// agent's pod works: a cluster's pods are most of its objects, and their
-// specs and statuses most of their size.
+// annotations, phase), its Ready condition, which says whether a node
+// agent's pod works, and its controller reference, which says which At it
+// runs: a cluster's pods are most of its objects, and their specs and
+// statuses most of their size.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -453,6 +467,9 @@ func trimPod(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Annotations: pod.Annotations},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		trimmed.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -540,6 +557,9 @@ func (op *Operator) Run(ctx context.Context) error {
 		run("address allocation", op.podnet.Run)
 		if op.nadKeep != nil {
 			run("NetworkAttachmentDefinition controller", op.nadKeep.Run)
+		}
+		if op.ats != nil {
+			run("At controller", op.ats.Run)
 		}
 		return writers.wait()
 	}

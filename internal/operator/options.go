@@ -18,6 +18,8 @@ import (
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controller/at"
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
@@ -51,6 +53,9 @@ type Options struct {
 	// (5 and 10) would make 2,000 status writes take 400 s.
 	QPS   float32
 	Burst int
+	// KubeAPIContentType is the encoding of requests for built-in
+	// resources (kubeclient.Protobuf or JSON); Networks are always JSON.
+	KubeAPIContentType string
 
 	Workers int
 	Resync  time.Duration
@@ -103,6 +108,10 @@ type Options struct {
 	// InitializeWorkloads runs the workload initializer: the Envoy
 	// template merged into annotated Deployments.
 	InitializeWorkloads bool
+	// RunAts runs the At controller: Ats' commands in pods at their
+	// scheduled time, with the image AtImage.
+	RunAts  bool
+	AtImage string
 	// AllowPrivilegedTemplates lets the envoy-initializer template of any
 	// namespace make privileged containers, add capabilities, use host
 	// ports and hostPath volumes (the template policy of envoy.Finder);
@@ -144,15 +153,17 @@ type Options struct {
 // NewOptions returns the defaults for an operator in a cluster.
 func NewOptions() *Options {
 	return &Options{
-		Role:        RoleAll,
-		NodeName:    os.Getenv("NODE_NAME"),
-		AgentPod:    os.Getenv("POD_NAME"),
-		QPS:         100,
-		Burst:       200,
-		Workers:     4,
-		Resync:      5 * time.Minute,
-		Backend:     string(samplecrdv1.BackendLinux),
-		MetricsAddr: ":8080",
+		Role:     RoleAll,
+		NodeName: os.Getenv("NODE_NAME"),
+		AgentPod: os.Getenv("POD_NAME"),
+		QPS:      100,
+		Burst:    200,
+
+		KubeAPIContentType: kubeclient.Protobuf,
+		Workers:            4,
+		Resync:             5 * time.Minute,
+		Backend:            string(samplecrdv1.BackendLinux),
+		MetricsAddr:        ":8080",
 
 		OperatorNamespace: operatorNamespace(),
 		WebhookAddr:       ":9443",
@@ -162,6 +173,8 @@ func NewOptions() *Options {
 		WebhookMaxInflightBytes: resource.QuantityValue{Quantity: *resource.NewQuantity(webhook.DefaultMaxBodyBytesInFlight, resource.BinarySI)},
 
 		InitializeWorkloads: true,
+		RunAts:              true,
+		AtImage:             at.DefaultImage,
 
 		// Where the manifests mount the hosts' directories.
 		CNIKubeconfig:     filepath.Join(config.DefaultCNIConfigDir, "netop.kubeconfig"),
@@ -189,6 +202,7 @@ func operatorNamespace() string {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second the operator may send to the API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries the operator may send to the API server above --kube-api-qps.")
+	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", o.KubeAPIContentType, "Encoding of the requests for built-in resources (pods, deployments, configmaps, events, leases, nodes): application/vnd.kubernetes.protobuf or application/json. Networks and other custom resources are always JSON.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Networks reconciled at once.")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "How often the informers resync and the backend is compared with the Networks (orphans swept, missing networks recreated).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Only manage Networks in this namespace (default: all namespaces).")
@@ -208,6 +222,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.WebhookMaxInflight, "webhook-max-inflight", o.WebhookMaxInflight, "Admission reviews the webhook server serves at once; more are answered 429 Too Many Requests with Retry-After (the API server retries within the webhook's timeout, then applies its failurePolicy). 0: no limit.")
 	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of admission review bodies the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
 	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
+	fs.BoolVar(&o.RunAts, "ats", o.RunAts, "Run the At controller: each At (cnat.programming-kubernetes.info/v1alpha1) runs its command in a pod at its scheduled time.")
+	fs.StringVar(&o.AtImage, "at-image", o.AtImage, "Image of the pods that run Ats' commands; it must have sh.")
 	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
 	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
@@ -244,6 +260,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.QPS)
 	case o.Burst < 1:
 		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.Burst)
+	case kubeclient.ValidContentType(o.KubeAPIContentType) != nil:
+		return fmt.Errorf("--kube-api-content-type: %w", kubeclient.ValidContentType(o.KubeAPIContentType))
+	case o.RunAts && o.AtImage == "":
+		return fmt.Errorf("--at-image must name an image with sh, or turn Ats off with --ats=false")
 	case o.Workers < 1:
 		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
 	case o.Resync <= 0:

@@ -69,6 +69,8 @@ type config struct {
 	tutorialNetworks                 int
 	skipFloor, skipTutorial, restart bool
 	profileDir                       string
+	// contentType is netop's --kube-api-content-type; "" is its default.
+	contentType string
 }
 
 func main() {
@@ -82,6 +84,7 @@ func main() {
 	flag.BoolVar(&c.skipFloor, "skip-floor", false, "skip the floor reference")
 	flag.BoolVar(&c.skipTutorial, "skip-tutorial", false, "skip the tutorial reference")
 	flag.BoolVar(&c.restart, "restart", false, "also restart the controller over the Ready Networks")
+	flag.StringVar(&c.contentType, "kube-api-content-type", "", "netop's --kube-api-content-type (encoding of built-in resources: Events here); default: netop's")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "write netop's CPU profile (creates to all Ready) and allocation profile here (go tool pprof DIR/cpu.pprof)")
 	flag.Parse()
 	c.qps = float32(*qps)
@@ -124,8 +127,11 @@ type result struct {
 	// retries them within the webhook's timeout).
 	webhookRejected float64
 	backendChanges  float64
-	syncedSeconds   float64 // restart: start to caches synced
-	settledSeconds  float64 // restart: caches synced to first resync done
+	// apiBytes are the bytes of API bodies, "direction encoding" → bytes
+	// (netop_api_bytes_total).
+	apiBytes       map[string]float64
+	syncedSeconds  float64 // restart: start to caches synced
+	settledSeconds float64 // restart: caches synced to first resync done
 	// restart, as the controller measured them from its start: the initial
 	// list of Networks, and caches synced after it.
 	listSeconds, syncedAfterListSeconds float64
@@ -222,7 +228,7 @@ func run(c config) error {
 		// webhooks require) sees exactly N Networks.
 		args := controllerArgs{
 			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k),
-			profiling: c.profileDir != "" && n == largest,
+			profiling: c.profileDir != "" && n == largest, contentType: c.contentType,
 		}
 		b.netnses = append(b.netnses, args.netns)
 		fmt.Fprintf(os.Stderr, "netop: %d Networks\n", n)
@@ -446,7 +452,8 @@ type controllerArgs struct {
 	webhooks         bool
 	netns, namespace string
 	// profiling serves pprof on the metrics address.
-	profiling bool
+	profiling   bool
+	contentType string
 }
 
 type child struct {
@@ -475,6 +482,9 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 	}
 	if a.profiling {
 		args = append(args, "--profiling")
+	}
+	if a.contentType != "" {
+		args = append(args, "--kube-api-content-type="+a.contentType)
 	}
 	if a.webhooks {
 		args = append(args, "--webhook-addr=127.0.0.1:0", "--webhook-local", "--webhook-cert-dir="+filepath.Join(b.dir, "webhook"))
@@ -581,6 +591,9 @@ func (c *child) metrics() (map[string]float64, error) {
 	}
 	for _, m := range families["netop_webhook_rejected_total"].GetMetric() {
 		out["webhook rejected"] += m.GetCounter().GetValue()
+	}
+	for _, m := range families["netop_api_bytes_total"].GetMetric() {
+		out["bytes "+label(m, "direction")+" "+label(m, "encoding")] = m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_events_dropped_total"].GetMetric() {
 		out["events dropped"] += m.GetCounter().GetValue()
@@ -698,8 +711,12 @@ func (r *result) record(ctx context.Context, c *child) {
 		m = next
 		return prev != nil && fmt.Sprint(prev) == fmt.Sprint(m), nil
 	})
-	r.writes = map[string]float64{}
+	r.writes, r.apiBytes = map[string]float64{}, map[string]float64{}
 	for k, v := range m {
+		if b, ok := strings.CutPrefix(k, "bytes "); ok {
+			r.apiBytes[b] = v
+			continue
+		}
 		if !strings.HasPrefix(k, "backend ") && !strings.HasPrefix(k, "startup ") && k != "queue depth" && k != "events dropped" && k != "webhook rejected" {
 			r.writes[k] = v
 		}
@@ -749,6 +766,15 @@ func (b *bench) restartRun(ctx context.Context, n int, a controllerArgs) (*resul
 	return r, nil
 }
 
+// perNetwork divides each value by n.
+func perNetwork(values map[string]float64, n int) map[string]float64 {
+	out := make(map[string]float64, len(values))
+	for k, v := range values {
+		out[k] = v / float64(n)
+	}
+	return out
+}
+
 func report(c config, steps []step, tutorial *result) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	_, _ = fmt.Fprintln(w, "run\tnetworks\tseconds\tcreates s\tnetworks/s\tp50 s\tp99 s\tnetwork writes/net\tevent writes/net\tevents dropped\tCPU s\tCPU ms/net\tkernel ms/net\tpeak RSS MiB\t")
@@ -771,6 +797,10 @@ func report(c config, steps []step, tutorial *result) {
 		fmt.Printf("\nnetop's API writes at N=%d by verb and resource:\n", st.networks)
 		for _, k := range slices.Sorted(maps.Keys(ours.writes)) {
 			fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
+		}
+		fmt.Printf("netop's API bytes at N=%d by direction and encoding:\n", st.networks)
+		for _, k := range slices.Sorted(maps.Keys(ours.apiBytes)) {
+			fmt.Printf("  %-28s %12.0f  (%.0f per Network)\n", k, ours.apiBytes[k], ours.apiBytes[k]/float64(ours.networks))
 		}
 		if r := st.restart; r != nil {
 			fmt.Printf("restart over %d Ready Networks: synced %.3f s after start (the initial list took %.3f s, synced %.3f s after it), first resync done %.3f s later, %.0f API writes, %.0f backend changes\n",
@@ -804,6 +834,7 @@ func report(c config, steps []step, tutorial *result) {
 			"workers":                              c.workers,
 			"qps":                                  c.qps,
 			"burst":                                c.burst,
+			"api_bytes_per_network":                perNetwork(ours.apiBytes, ours.networks),
 		}
 		if floor := st.floor; floor != nil {
 			out["floor_seconds"] = floor.seconds

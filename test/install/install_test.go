@@ -107,13 +107,19 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{false, "patch", "batch", "jobs", "default", "web"},
 		{true, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
 		{false, "delete", "samplecrd.k8s.io", "networks", "default", "n"},
-		// Pods: read everywhere, their allocations written; never made,
-		// changed otherwise or deleted.
+		// Pods: read everywhere, their allocations written, made for Ats
+		// (as the Job controller makes them for Jobs); never changed
+		// otherwise or deleted (the garbage collector removes an At's).
 		{true, "watch", "", "pods", "", ""},
 		{true, "patch", "", "pods", "default", "p"},
+		{true, "create", "", "pods", "default", ""},
 		{false, "update", "", "pods", "default", "p"},
-		{false, "create", "", "pods", "default", ""},
 		{false, "delete", "", "pods", "default", "p"},
+		// Ats: read, their status written, never changed or deleted.
+		{true, "watch", "cnat.programming-kubernetes.info", "ats", "", ""},
+		{true, "update", "cnat.programming-kubernetes.info", "ats/status", "default", "a"},
+		{false, "update", "cnat.programming-kubernetes.info", "ats", "default", "a"},
+		{false, "delete", "cnat.programming-kubernetes.info", "ats", "default", "a"},
 		// The leader election Lease, in netop's namespace only.
 		{true, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
 		{true, "create", "coordination.k8s.io", "leases", operatorNamespace, ""},

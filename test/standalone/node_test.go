@@ -33,6 +33,7 @@ import (
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/testenv"
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -99,6 +100,32 @@ func TestNode(t *testing.T) {
 		waitPhase(t, kube, "mine", corev1.PodSucceeded)
 		if logs := podLogs(t, kube, "mine"); logs != "mine\n" {
 			t.Errorf("logs %q", logs)
+		}
+	})
+
+	t.Run("the seed's At runs its command on the node", func(t *testing.T) {
+		// examples/at.yaml as the seed has it: a schedule in 2019, no
+		// command; it runs at once, `date -u` in busybox.
+		var at cnatv1alpha1.At
+		readYAML(t, "../../examples/at.yaml", &at)
+		ats := versioned.NewForConfigOrDie(cfg).CnatV1alpha1().Ats("default")
+		if _, err := ats.Create(t.Context(), &at, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var done *cnatv1alpha1.At
+		testenv.Eventually(t, 2*time.Minute, func(ctx context.Context) (bool, string) {
+			var err error
+			if done, err = ats.Get(ctx, at.Name, metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			return done.Status.Phase == cnatv1alpha1.PhaseDone, fmt.Sprintf("status %+v", done.Status)
+		})
+		if done.Status.Succeeded == nil || !*done.Status.Succeeded {
+			t.Fatalf("DONE with %+v, want succeeded", done.Status)
+		}
+		logs := podLogs(t, kube, done.Status.Pod)
+		if ran, err := time.Parse("Mon Jan _2 15:04:05 MST 2006", strings.TrimSpace(logs)); err != nil || time.Since(ran) > 10*time.Minute {
+			t.Errorf("the command printed %q, want the time it ran (date -u)", logs)
 		}
 	})
 

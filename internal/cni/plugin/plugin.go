@@ -37,6 +37,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/version"
 )
@@ -301,7 +302,7 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 	}
 	cfg.UserAgent = Type + "/" + version.String()
 	cfg.QPS, cfg.Burst = 10, 20 // one pod
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubeclient.New(cfg, kubeclient.Protobuf)
 	if err != nil {
 		return nil, err
 	}

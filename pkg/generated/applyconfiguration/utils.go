@@ -19,10 +19,12 @@ limitations under the License.
 package applyconfiguration
 
 import (
-	v1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
+	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/cnat/v1alpha1"
 	internal "github.com/netop-dev/netop/pkg/generated/applyconfiguration/internal"
-	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/netop/v1alpha1"
+	applyconfigurationnetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,13 +35,21 @@ import (
 // apply configuration type exists for the given GroupVersionKind.
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
-	// Group=netop.dev, Version=v1alpha1
-	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNode"):
-		return &netopv1alpha1.NetworkNodeApplyConfiguration{}
-	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNodeFailure"):
-		return &netopv1alpha1.NetworkNodeFailureApplyConfiguration{}
-	case v1alpha1.SchemeGroupVersion.WithKind("NetworkNodeStatus"):
-		return &netopv1alpha1.NetworkNodeStatusApplyConfiguration{}
+	// Group=cnat.programming-kubernetes.info, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("At"):
+		return &cnatv1alpha1.AtApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AtSpec"):
+		return &cnatv1alpha1.AtSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AtStatus"):
+		return &cnatv1alpha1.AtStatusApplyConfiguration{}
+
+		// Group=netop.dev, Version=v1alpha1
+	case netopv1alpha1.SchemeGroupVersion.WithKind("NetworkNode"):
+		return &applyconfigurationnetopv1alpha1.NetworkNodeApplyConfiguration{}
+	case netopv1alpha1.SchemeGroupVersion.WithKind("NetworkNodeFailure"):
+		return &applyconfigurationnetopv1alpha1.NetworkNodeFailureApplyConfiguration{}
+	case netopv1alpha1.SchemeGroupVersion.WithKind("NetworkNodeStatus"):
+		return &applyconfigurationnetopv1alpha1.NetworkNodeStatusApplyConfiguration{}
 
 		// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithKind("Network"):

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	discovery "k8s.io/client-go/discovery"
@@ -31,6 +32,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface
 	NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface
 	SamplecrdV1() samplecrdv1.SamplecrdV1Interface
 }
@@ -38,8 +40,14 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	cnatV1alpha1  *cnatv1alpha1.CnatV1alpha1Client
 	netopV1alpha1 *netopv1alpha1.NetopV1alpha1Client
 	samplecrdV1   *samplecrdv1.SamplecrdV1Client
+}
+
+// CnatV1alpha1 retrieves the CnatV1alpha1Client
+func (c *Clientset) CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface {
+	return c.cnatV1alpha1
 }
 
 // NetopV1alpha1 retrieves the NetopV1alpha1Client
@@ -96,6 +104,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.cnatV1alpha1, err = cnatv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.netopV1alpha1, err = netopv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -125,6 +137,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.cnatV1alpha1 = cnatv1alpha1.New(c)
 	cs.netopV1alpha1 = netopv1alpha1.New(c)
 	cs.samplecrdV1 = samplecrdv1.New(c)
 

@@ -25,6 +25,7 @@ import (
 	time "time"
 
 	versioned "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	cnat "github.com/netop-dev/netop/pkg/generated/informers/externalversions/cnat"
 	internalinterfaces "github.com/netop-dev/netop/pkg/generated/informers/externalversions/internalinterfaces"
 	netop "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop"
 	samplecrd "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd"
@@ -326,8 +327,13 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Cnat() cnat.Interface
 	Netop() netop.Interface
 	Samplecrd() samplecrd.Interface
+}
+
+func (f *sharedInformerFactory) Cnat() cnat.Interface {
+	return cnat.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Netop() netop.Interface {

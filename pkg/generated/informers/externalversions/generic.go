@@ -21,7 +21,8 @@ package externalversions
 import (
 	fmt "fmt"
 
-	v1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
+	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
@@ -53,8 +54,12 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=netop.dev, Version=v1alpha1
-	case v1alpha1.SchemeGroupVersion.WithResource("networknodes"):
+	// Group=cnat.programming-kubernetes.info, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("ats"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Cnat().V1alpha1().Ats().Informer()}, nil
+
+		// Group=netop.dev, Version=v1alpha1
+	case netopv1alpha1.SchemeGroupVersion.WithResource("networknodes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Netop().V1alpha1().NetworkNodes().Informer()}, nil
 
 		// Group=samplecrd.k8s.io, Version=v1

@@ -21,6 +21,8 @@ package fake
 import (
 	applyconfiguration "github.com/netop-dev/netop/pkg/generated/applyconfiguration"
 	clientset "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1"
+	fakecnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1/fake"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	fakenetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1/fake"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
@@ -137,6 +139,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// CnatV1alpha1 retrieves the CnatV1alpha1Client
+func (c *Clientset) CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface {
+	return &fakecnatv1alpha1.FakeCnatV1alpha1{Fake: &c.Fake}
+}
 
 // NetopV1alpha1 retrieves the NetopV1alpha1Client
 func (c *Clientset) NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface {

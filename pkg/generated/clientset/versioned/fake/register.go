@@ -19,6 +19,7 @@ limitations under the License.
 package fake
 
 import (
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ var scheme = runtime.NewScheme()
 var codecs = serializer.NewCodecFactory(scheme)
 
 var localSchemeBuilder = runtime.SchemeBuilder{
+	cnatv1alpha1.AddToScheme,
 	netopv1alpha1.AddToScheme,
 	samplecrdv1.AddToScheme,
 }

@@ -1,0 +1,270 @@
+// Package at runs the At resource of the code-generator example
+// (cnat.programming-kubernetes.info/v1alpha1): at an At's scheduled time,
+// or at once if it has passed, a pod of the At's name runs its command
+// (sh -c) on a node, owned by the At so that the garbage collector removes
+// it with the At. The At's phase follows the pod: PENDING until it is
+// made, RUNNING while it runs, DONE when it ended. An At runs once: DONE
+// is final, and a pod deleted before it ended makes it DONE, unsucceeded,
+// rather than run the command a second time.
+package at
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/metrics"
+	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	cnatinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/cnat/v1alpha1"
+	cnatlisters "github.com/netop-dev/netop/pkg/generated/listers/cnat/v1alpha1"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "at"
+
+// Reasons of the Events on Ats.
+const (
+	ReasonStarted         = "Started"
+	ReasonSucceeded       = "Succeeded"
+	ReasonFailed          = "Failed"
+	ReasonInvalidSchedule = "InvalidSchedule"
+	ReasonPodConflict     = "PodConflict"
+)
+
+// Label names an At's pod's At, for `kubectl get pods -l`.
+const Label = cnatv1alpha1.GroupName + "/at"
+
+// DefaultImage runs the commands: a shell is all they need.
+const DefaultImage = "busybox"
+
+// Options configure the controller.
+type Options struct {
+	Workers int
+	// Image runs the commands; it must have sh.
+	Image string
+	// Clock is the time Ats are scheduled by; nil is the real one.
+	Clock clock.WithDelayedExecution
+}
+
+// Controller runs Ats.
+type Controller struct {
+	*runner.Controller
+	client   versioned.Interface
+	kube     kubernetes.Interface
+	ats      cnatlisters.AtLister
+	pods     corelisters.PodLister
+	recorder record.EventRecorder
+	opts     Options
+}
+
+// New makes the controller on the Ats' and the pods' informers; the pod
+// informer's objects must keep their controller reference and phase. Call
+// it before the informers start.
+func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interface, ats cnatinformers.AtInformer, pods coreinformers.PodInformer,
+	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	c := &Controller{client: client, kube: kube, ats: ats.Lister(), pods: pods.Lister(), recorder: recorder, opts: o}
+	var err error
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	atsHandled, err := ats.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.Enqueue,
+		UpdateFunc: func(_, newObj any) { c.Enqueue(newObj) },
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding At event handler: %w", err)
+	}
+	podsHandled, err := pods.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueOwner,
+		UpdateFunc: func(_, newObj any) { c.enqueueOwner(newObj) },
+		DeleteFunc: c.enqueueOwner,
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding pod event handler: %w", err)
+	}
+	c.WaitFor(atsHandled.HasSyncedChecker(), podsHandled.HasSyncedChecker())
+	return c, nil
+}
+
+// enqueueOwner enqueues the At that owns a pod, if one does.
+func (c *Controller) enqueueOwner(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "At" && ref.APIVersion == cnatv1alpha1.SchemeGroupVersion.String() {
+		c.Add(cache.ObjectName{Namespace: pod.Namespace, Name: ref.Name})
+	}
+}
+
+// sync moves an At along: it waits for the schedule, makes the pod, and
+// follows it to its end.
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	at, err := c.ats.Ats(name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		return nil // the garbage collector removes its pod
+	}
+	if err != nil {
+		return err
+	}
+	if at.DeletionTimestamp != nil || at.Status.Phase == cnatv1alpha1.PhaseDone {
+		return nil
+	}
+	when, err := time.Parse(time.RFC3339, at.Spec.Schedule)
+	if err != nil {
+		// The CRD refuses such a schedule; one stored before it did is
+		// reported, and waits for a fix.
+		msg := fmt.Sprintf("spec.schedule %q is not an RFC 3339 time such as 2019-07-03T02:00:00Z: %v", at.Spec.Schedule, err)
+		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonInvalidSchedule)
+	}
+
+	pod, err := c.pod(ctx, at)
+	if err != nil {
+		return err
+	}
+	if pod == nil {
+		if at.Status.Pod != "" {
+			// Made once and gone before it ended: an At never runs twice.
+			msg := fmt.Sprintf("pod %s was deleted before it ended", at.Status.Pod)
+			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: at.Status.Pod, Succeeded: ptr.To(false), Message: msg},
+				corev1.EventTypeWarning, ReasonFailed)
+		}
+		if wait := when.Sub(c.opts.Clock.Now()); wait > 0 {
+			c.AddAfter(name, wait)
+			msg := "runs at " + when.UTC().Format(time.RFC3339)
+			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, "", "")
+		}
+		if pod, err = c.kube.CoreV1().Pods(at.Namespace).Create(ctx, c.desiredPod(at), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			// Ours, made by a sync whose status write failed, or
+			// someone else's: read it.
+			if pod, err = c.kube.CoreV1().Pods(at.Namespace).Get(ctx, at.Name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("reading pod %s/%s: %w", at.Namespace, at.Name, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("creating pod %s/%s: %w", at.Namespace, at.Name, err)
+		} else {
+			klog.FromContext(ctx).V(1).Info("Created the At's pod", "at", klog.KObj(at), "pod", klog.KObj(pod))
+		}
+	}
+	if !metav1.IsControlledBy(pod, at) {
+		msg := fmt.Sprintf("pod %s exists and is not this At's: delete it or rename the At", pod.Name)
+		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonPodConflict)
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(true),
+			Message: fmt.Sprintf("pod %s ran the command, which exited 0", pod.Name)}, corev1.EventTypeNormal, ReasonSucceeded)
+	case corev1.PodFailed:
+		// The pod cache keeps only the phase of a pod; its end is read
+		// once, from the API server.
+		if live, err := c.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			pod = live
+		}
+		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(false),
+			Message: fmt.Sprintf("pod %s failed: %s", pod.Name, failure(pod))}, corev1.EventTypeWarning, ReasonFailed)
+	default:
+		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseRunning, Pod: pod.Name,
+			Message: fmt.Sprintf("pod %s runs the command", pod.Name)}, corev1.EventTypeNormal, ReasonStarted)
+	}
+}
+
+// pod is the pod of the At's name: from the cache, and when the cache has
+// none, from the API server, so that a pod just made is never made again
+// and a pod that went is known to be gone. nil if there is none.
+func (c *Controller) pod(ctx context.Context, at *cnatv1alpha1.At) (*corev1.Pod, error) {
+	pod, err := c.pods.Pods(at.Namespace).Get(at.Name)
+	if err == nil {
+		return pod, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if at.Status.Pod == "" && at.Status.Phase != cnatv1alpha1.PhaseRunning {
+		// Not made yet, as far as the status says; a pod made by a sync
+		// whose status write failed is found when its create fails.
+		return nil, nil
+	}
+	pod, err = c.kube.CoreV1().Pods(at.Namespace).Get(ctx, at.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s/%s: %w", at.Namespace, at.Name, err)
+	}
+	return pod, nil
+}
+
+// desiredPod is the pod that runs the At's command.
+func (c *Controller) desiredPod(at *cnatv1alpha1.At) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: at.Name, Namespace: at.Namespace,
+			Labels:          map[string]string{Label: at.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(at, cnatv1alpha1.SchemeGroupVersion.WithKind("At"))},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "command", Image: c.opts.Image, Command: []string{"sh", "-c", at.Spec.Command},
+				ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+}
+
+// failure says why a failed pod failed: its container's exit, or the pod's
+// own reason.
+func failure(pod *corev1.Pod) string {
+	for _, s := range pod.Status.ContainerStatuses {
+		if t := s.State.Terminated; t != nil {
+			return fmt.Sprintf("the command exited %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	if pod.Status.Reason != "" {
+		return pod.Status.Reason + ": " + pod.Status.Message
+	}
+	return "no reason given"
+}
+
+// setStatus writes the status if it changed, with an Event of the reason
+// (none if reason is empty).
+func (c *Controller) setStatus(ctx context.Context, at *cnatv1alpha1.At, status cnatv1alpha1.AtStatus, eventType, reason string) error {
+	if apiequality.Semantic.DeepEqual(at.Status, status) {
+		return nil
+	}
+	at = at.DeepCopy()
+	at.Status = status
+	if _, err := c.client.CnatV1alpha1().Ats(at.Namespace).UpdateStatus(ctx, at, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of At %s/%s: %w", at.Namespace, at.Name, err)
+	}
+	klog.FromContext(ctx).V(1).Info("At status", "at", klog.KObj(at), "phase", status.Phase, "message", status.Message)
+	if reason != "" {
+		c.recorder.Event(at, eventType, reason, status.Message)
+	}
+	return nil
+}
