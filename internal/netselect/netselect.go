@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -202,4 +203,39 @@ func StatusAnnotationValue(statuses []Status) (string, error) {
 		return "", err
 	}
 	return string(data), nil
+}
+
+// WithNetwork returns the annotation of a pod in podNamespace with the
+// Network namespace/name added, in the annotation's own form (the short
+// list or the JSON list), and whether it had to be added.
+func WithNetwork(annotation, podNamespace, namespace, name string) (string, bool, error) {
+	selections, err := Parse(annotation, podNamespace)
+	if err != nil {
+		return "", false, err
+	}
+	if slices.ContainsFunc(selections, func(s Selection) bool { return s.Namespace == namespace && s.Name == name }) {
+		return annotation, false, nil
+	}
+	ref := name
+	if namespace != podNamespace {
+		ref = namespace + "/" + name
+	}
+	annotation = strings.TrimSpace(annotation)
+	switch {
+	case annotation == "":
+		return ref, true, nil
+	case strings.HasPrefix(annotation, "["):
+		var elements []json.RawMessage
+		if err := json.Unmarshal([]byte(annotation), &elements); err != nil {
+			return "", false, fmt.Errorf("%s: not a JSON list of networks: %w", NetworksAnnotation, err)
+		}
+		added, err := json.Marshal(element{Name: name, Namespace: namespace})
+		if err != nil {
+			return "", false, err
+		}
+		out, err := json.Marshal(append(elements, added))
+		return string(out), true, err
+	default:
+		return annotation + "," + ref, true, nil
+	}
 }

@@ -69,3 +69,29 @@ func TestStatusAnnotationValue(t *testing.T) {
 		t.Errorf("no dns in %s (Multus always writes it)", v)
 	}
 }
+
+func TestWithNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		have, want string
+		added      bool
+	}{
+		{"", "web", true},
+		{"web", "web", false},
+		{"default/web@eth7", "default/web@eth7", false},
+		{"other", "other,web", true},
+		{"other, ns2/x", "other, ns2/x,web", true},
+		{`[{"name":"other"}]`, `[{"name":"other"},{"name":"web","namespace":"default"}]`, true},
+		{`[{"name":"web","interface":"eth3"}]`, `[{"name":"web","interface":"eth3"}]`, false},
+	} {
+		got, added, err := WithNetwork(tc.have, "default", "default", "web")
+		if err != nil || got != tc.want || added != tc.added {
+			t.Errorf("WithNetwork(%q) = %q, %v, %v; want %q, %v", tc.have, got, added, err, tc.want, tc.added)
+		}
+		if _, err := Parse(got, "default"); err != nil {
+			t.Errorf("WithNetwork(%q) = %q, which does not parse: %v", tc.have, got, err)
+		}
+	}
+	if _, _, err := WithNetwork("bad name!", "default", "default", "web"); err == nil {
+		t.Error("WithNetwork accepted an annotation that does not parse")
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/networks"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
 // admission is the webhook server and what it reads.
@@ -77,6 +78,8 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 
 		allowPrivilegedTemplates: o.AllowPrivilegedTemplates,
 		addresses:                addresses,
+		networks:                 samplecrdlisters.NewNetworkLister(networkInformer.GetIndexer()),
+		deploymentNetworks:       o.DeploymentNetworks,
 	})
 	a.server.Mount(ctx, a.webhooks)
 	return a, nil

@@ -40,6 +40,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
 	"github.com/netop-dev/netop/internal/controller/at"
+	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/controller/nad"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/podnet"
@@ -95,9 +96,11 @@ type Operator struct {
 	admission *admission
 	workloads *workload.Controller
 	ats       *at.Controller
-	backend   backend.Backend
-	close     func()
-	synced    atomic.Bool
+	// deploymentNetworks gives annotated Deployments their Networks.
+	deploymentNetworks *deploynet.Controller
+	backend            backend.Backend
+	close              func()
+	synced             atomic.Bool
 	// leader is the identity of the replica that leads, as last seen.
 	leader atomic.Value
 	kube   kubernetes.Interface
@@ -227,7 +230,21 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 
-	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync, kubeinformers.WithTransform(dropManagedFields))
+	// Cluster-wide unless --namespace (which the workload initializer
+	// refuses): the Deployment networks follow it.
+	op.kubeFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, o.Resync,
+		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(dropManagedFields))
+	if o.DeploymentNetworks {
+		pool, err := deploynet.NewPool(o.DeploymentNetworkPool, o.DeploymentNetworkPrefixLength)
+		if err != nil {
+			return fail(err)
+		}
+		op.deploymentNetworks, err = deploynet.New(ctx, client, kube, op.kubeFactory.Apps().V1().Deployments(), op.factory.Samplecrd().V1().Networks(),
+			recorder, op.metrics, deploynet.Options{Workers: o.Workers, Pool: pool})
+		if err != nil {
+			return fail(err)
+		}
+	}
 	op.templates = templateInformers(kube, o.Resync)
 	if o.InitializeWorkloads {
 		op.workloads, err = workload.New(ctx, workload.Kinds(kube, op.kubeFactory), op.kubeFactory.Core().V1().Namespaces(),
@@ -560,6 +577,9 @@ func (op *Operator) Run(ctx context.Context) error {
 		}
 		if op.ats != nil {
 			run("At controller", op.ats.Run)
+		}
+		if op.deploymentNetworks != nil {
+			run("Deployment network controller", op.deploymentNetworks.Run)
 		}
 		return writers.wait()
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controller/at"
+	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -108,6 +109,12 @@ type Options struct {
 	// InitializeWorkloads runs the workload initializer: the Envoy
 	// template merged into annotated Deployments.
 	InitializeWorkloads bool
+	// DeploymentNetworks gives annotated Deployments a Network of their
+	// own, with cidrs of DeploymentNetworkPrefixLength from
+	// DeploymentNetworkPool unless they name one.
+	DeploymentNetworks            bool
+	DeploymentNetworkPool         string
+	DeploymentNetworkPrefixLength int
 	// RunAts runs the At controller: Ats' commands in pods at their
 	// scheduled time, with the image AtImage.
 	RunAts  bool
@@ -174,7 +181,12 @@ func NewOptions() *Options {
 
 		InitializeWorkloads: true,
 		RunAts:              true,
-		AtImage:             at.DefaultImage,
+
+		DeploymentNetworks:            true,
+		DeploymentNetworkPool:         "172.30.0.0/16",
+		DeploymentNetworkPrefixLength: 24,
+
+		AtImage: at.DefaultImage,
 
 		// Where the manifests mount the hosts' directories.
 		CNIKubeconfig:     filepath.Join(config.DefaultCNIConfigDir, "netop.kubeconfig"),
@@ -222,6 +234,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.WebhookMaxInflight, "webhook-max-inflight", o.WebhookMaxInflight, "Admission reviews the webhook server serves at once; more are answered 429 Too Many Requests with Retry-After (the API server retries within the webhook's timeout, then applies its failurePolicy). 0: no limit.")
 	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of admission review bodies the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
 	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
+	fs.BoolVar(&o.DeploymentNetworks, "deployment-networks", o.DeploymentNetworks, "Give each Deployment annotated samplecrd.k8s.io/network: auto (or samplecrd.k8s.io/network-cidr: CIDR) a Network of its name, owned by it, that its pods join.")
+	fs.StringVar(&o.DeploymentNetworkPool, "deployment-network-pool", o.DeploymentNetworkPool, "The range the cidrs of Deployments' Networks (samplecrd.k8s.io/network: auto) are taken from, skipping every cidr another Network has.")
+	fs.IntVar(&o.DeploymentNetworkPrefixLength, "deployment-network-prefix-length", o.DeploymentNetworkPrefixLength, "The prefix length of the cidrs taken from --deployment-network-pool.")
 	fs.BoolVar(&o.RunAts, "ats", o.RunAts, "Run the At controller: each At (cnat.programming-kubernetes.info/v1alpha1) runs its command in a pod at its scheduled time.")
 	fs.StringVar(&o.AtImage, "at-image", o.AtImage, "Image of the pods that run Ats' commands; it must have sh.")
 	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
@@ -262,6 +277,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.Burst)
 	case kubeclient.ValidContentType(o.KubeAPIContentType) != nil:
 		return fmt.Errorf("--kube-api-content-type: %w", kubeclient.ValidContentType(o.KubeAPIContentType))
+	case o.DeploymentNetworks && deploymentPoolError(o) != nil:
+		return fmt.Errorf("--deployment-network-pool, --deployment-network-prefix-length: %w", deploymentPoolError(o))
 	case o.RunAts && o.AtImage == "":
 		return fmt.Errorf("--at-image must name an image with sh, or turn Ats off with --ats=false")
 	case o.Workers < 1:
@@ -287,6 +304,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--neutron-project is required with --neutron-endpoint: Neutron without Keystone needs the project that owns the networks")
 	}
 	return nil
+}
+
+func deploymentPoolError(o *Options) error {
+	_, err := deploynet.NewPool(o.DeploymentNetworkPool, o.DeploymentNetworkPrefixLength)
+	return err
 }
 
 func (o *Options) webhooksEnabled() bool { return o.WebhookAddr != "" && o.WebhookAddr != "0" }

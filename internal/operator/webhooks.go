@@ -10,10 +10,12 @@ import (
 	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/deployments"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	"github.com/netop-dev/netop/internal/webhook/pods"
 	"github.com/netop-dev/netop/internal/webhook/workloads"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
 
 // WebhookConfigurationName names both of netop's webhook configurations.
@@ -30,6 +32,9 @@ const (
 	// PathInjectEnvoyWorkloads serves the webhook for the pod templates of
 	// annotated workloads.
 	PathInjectEnvoyWorkloads = "/inject-envoy-workloads"
+	// PathDeploymentNetwork serves the webhook that lists a Deployment's
+	// own Network in its pod template.
+	PathDeploymentNetwork = "/deployment-network"
 )
 
 // webhookDeps is what netop's admission handlers read.
@@ -45,6 +50,10 @@ type webhookDeps struct {
 	allowPrivilegedTemplates bool
 	// addresses: who holds Networks' addresses.
 	addresses networks.AddressHolders
+	// networks is the Network cache; with deploymentNetworks
+	// (--deployment-networks) annotated Deployments join their Network.
+	networks           samplecrdlisters.NetworkLister
+	deploymentNetworks bool
 }
 
 // webhooks is netop's table of admission webhooks: each handler with its
@@ -76,6 +85,10 @@ type webhookDeps struct {
 //     sent (a matchCondition). It fails open (Ignore): the workload
 //     initializer injects Deployments it missed (one more rollout), and
 //     pods of opted-in namespaces get it from the pod webhooks.
+//   - Deployments asking for a Network of their own get it listed in their
+//     pod template. Only those are sent (a matchCondition). It fails open
+//     (Ignore): the Deployment network controller lists it where admission
+//     did not (one more rollout).
 func webhooks(d webhookDeps) webhook.Set {
 	excluded := metav1.LabelSelectorRequirement{
 		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
@@ -139,6 +152,11 @@ func webhooks(d webhookDeps) webhook.Set {
 		Name:       "not-controlled",
 		Expression: "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
 	}}
+	wantsNetwork := []admissionregistrationv1.MatchCondition{{
+		Name: "wants-network",
+		Expression: "has(object.metadata.annotations) && ('" + samplecrdv1.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
+			samplecrdv1.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
+	}}
 	netAdmission := &networks.Admission{CIDRs: d.cidrs, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}, Addresses: d.addresses}
 	templates := envoy.Finder{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, AllowPrivileged: d.allowPrivilegedTemplates}
@@ -147,7 +165,7 @@ func webhooks(d webhookDeps) webhook.Set {
 	namespaceInjector.NamespaceOptIn = true
 	workloadInjector := &workloads.Injector{Templates: templates, Recorder: d.recorder}
 
-	return webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
+	set := webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
 		Name:    "networks.validate.samplecrd.k8s.io",
 		Path:    PathValidateNetwork,
 		Handler: webhook.HandlerFunc(netAdmission.Validate),
@@ -213,4 +231,25 @@ func webhooks(d webhookDeps) webhook.Set {
 			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelDisabled}},
 		}},
 	}}}
+	if d.deploymentNetworks {
+		set.Webhooks = append(set.Webhooks, webhook.Webhook{
+			Name:     "deployments.network.samplecrd.k8s.io",
+			Path:     PathDeploymentNetwork,
+			Handler:  webhook.HandlerFunc((&deployments.Attacher{Networks: d.networks}).Admit),
+			Mutating: true,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
+					Resources: []string{"deployments"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}},
+			MatchConditions:    wantsNetwork,
+			FailurePolicy:      admissionregistrationv1.Ignore,
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+			TimeoutSeconds:     5,
+			NamespaceSelector:  notExcluded,
+		})
+	}
+	return set
 }

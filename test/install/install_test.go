@@ -106,6 +106,7 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		// Jobs: their pod template never changes, so never patched.
 		{false, "patch", "batch", "jobs", "default", "web"},
 		{true, "patch", "samplecrd.k8s.io", "networks", "default", "n"},
+		{true, "create", "samplecrd.k8s.io", "networks", "default", ""}, // a Deployment's own
 		{false, "delete", "samplecrd.k8s.io", "networks", "default", "n"},
 		// Pods: read everywhere, their allocations written, made for Ats
 		// (as the Job controller makes them for Jobs); never changed

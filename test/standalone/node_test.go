@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,6 +229,45 @@ func TestNode(t *testing.T) {
 			left, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
 			return len(left) == 0, fmt.Sprintf("attachment records left: %v", left)
 		})
+	})
+
+	t.Run("a Deployment's own Network", func(t *testing.T) {
+		// As `kubectl create deployment`, annotated: its pod runs on the
+		// node with net1 on the Network netop made for it.
+		labels := map[string]string{"app": "own"}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "own", Annotations: map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto}},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: busyboxPod("", corev1.RestartPolicyAlways, "sleep 3600").Spec},
+			},
+		}
+		if _, err := kube.AppsV1().Deployments("default").Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var pod string
+		testenv.Eventually(t, 2*time.Minute, func(ctx context.Context) (bool, string) {
+			pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=own"})
+			if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+				return false, fmt.Sprintf("pods %v (%v)", pods, err)
+			}
+			pod = pods.Items[0].Name
+			return true, ""
+		})
+		n, err := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default").Get(t.Context(), "own", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cidr := netip.MustParsePrefix(n.Spec.CIDR)
+		fields := strings.Fields(execIn(t, cfg, kube, pod, "sh", "-c", "ip -4 -o addr show dev net1"))
+		if len(fields) < 4 || !cidr.Contains(netip.MustParsePrefix(fields[3]).Addr()) {
+			t.Fatalf("pod %s: net1 has %q, want an address of the Deployment's Network %s", pod, fields, cidr)
+		}
+		execIn(t, cfg, kube, pod, "ping", "-c", "1", "-W", "3", n.Spec.Gateway)
+		if err := kube.AppsV1().Deployments("default").Delete(t.Context(), "own", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("the tutorial's pod, injected", func(t *testing.T) {

@@ -217,3 +217,15 @@ type NetworkList struct {
 	// items are the Networks.
 	Items []Network `json:"items"`
 }
+
+// Annotations of a Deployment that asks for a Network of its own: a
+// Network of the Deployment's name, owned by it, that its pods join.
+const (
+	// DeploymentNetworkAnnotation set to DeploymentNetworkAuto gives the
+	// Deployment a Network with a cidr from netop's pool.
+	DeploymentNetworkAnnotation = GroupName + "/network"
+	DeploymentNetworkAuto       = "auto"
+	// DeploymentNetworkCIDRAnnotation gives the Deployment a Network of
+	// this cidr.
+	DeploymentNetworkCIDRAnnotation = GroupName + "/network-cidr"
+)

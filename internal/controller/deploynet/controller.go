@@ -1,0 +1,294 @@
+// Package deploynet gives a Deployment a Network of its own, the closing
+// idea of the custom-controller tutorial (a controller that also watches
+// Deployments). A Deployment annotated samplecrd.k8s.io/network: auto gets
+// a Network of its name with a cidr from netop's pool; one annotated
+// samplecrd.k8s.io/network-cidr gets that cidr. The Network is owned by
+// the Deployment (its controller, blocking the owner's deletion), so that
+// deleting the Deployment deletes it through the garbage collector, in
+// the foreground or the background, and frees the cidr once netop has
+// removed the Network. Its pods join the Network: admission lists it in
+// the pod template's Multus annotation (package webhook/deployments), and
+// this controller adds it where admission did not (one more rollout).
+package deploynet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "deployment-network"
+
+// Reasons of the Events on Deployments.
+const (
+	ReasonNetworkCreated    = "NetworkCreated"
+	ReasonNetworkUpdated    = "NetworkUpdated"
+	ReasonNetworkRefused    = "NetworkRefused"
+	ReasonNetworkConflict   = "NetworkConflict"
+	ReasonInvalidAnnotation = "InvalidNetworkAnnotation"
+	ReasonPoolExhausted     = "NetworkPoolExhausted"
+	ReasonTemplateAttached  = "NetworkAttached"
+)
+
+// Label marks the Networks made for Deployments.
+const Label = samplecrdv1.GroupName + "/deployment"
+
+// Options configure the controller.
+type Options struct {
+	Workers int
+	Pool    *Pool
+}
+
+// Controller keeps Deployments' Networks.
+type Controller struct {
+	*runner.Controller
+	client      versioned.Interface
+	kube        kubernetes.Interface
+	deployments appslisters.DeploymentLister
+	networks    samplecrdlisters.NetworkLister
+	recorder    record.EventRecorder
+	pool        *Pool
+}
+
+// New makes the controller on the Deployments' and the Networks'
+// informers; call it before they start.
+func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interface, deployments appsinformers.DeploymentInformer,
+	networks samplecrdinformers.NetworkInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	if o.Pool == nil {
+		return nil, errors.New("deployment networks need a pool")
+	}
+	c := &Controller{client: client, kube: kube, deployments: deployments.Lister(), networks: networks.Lister(), recorder: recorder, pool: o.Pool}
+	var err error
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	deploymentsHandled, err := deployments.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.Enqueue,
+		UpdateFunc: func(_, newObj any) { c.Enqueue(newObj) },
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Deployment event handler: %w", err)
+	}
+	networksHandled, err := networks.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.networkChanged,
+		UpdateFunc: func(_, newObj any) { c.networkChanged(newObj) },
+		DeleteFunc: c.networkChanged,
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Network event handler: %w", err)
+	}
+	c.WaitFor(deploymentsHandled.HasSyncedChecker(), networksHandled.HasSyncedChecker())
+	return c, nil
+}
+
+// networkChanged enqueues the Deployment that owns a Network; a Network
+// in the cache needs no pending cidr in the pool any more.
+func (c *Controller) networkChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	n, ok := obj.(*samplecrdv1.Network)
+	if !ok {
+		return
+	}
+	ref := metav1.GetControllerOf(n)
+	if ref == nil || ref.Kind != "Deployment" || ref.APIVersion != appsv1.SchemeGroupVersion.String() {
+		return
+	}
+	c.pool.Release(n.Namespace + "/" + ref.Name)
+	c.Add(cache.ObjectName{Namespace: n.Namespace, Name: ref.Name})
+}
+
+// sync gives an annotated Deployment its Network and lists the Network in
+// its pod template.
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	d, err := c.deployments.Deployments(name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		return nil // the garbage collector deletes its Network
+	}
+	if err != nil {
+		return err
+	}
+	if d.DeletionTimestamp != nil {
+		return nil
+	}
+	cidr, wanted, err := Wanted(d.Annotations)
+	if err != nil {
+		c.recorder.Event(d, corev1.EventTypeWarning, ReasonInvalidAnnotation, err.Error())
+		return nil
+	}
+	if !wanted {
+		return nil
+	}
+
+	n, err := c.networks.Networks(d.Namespace).Get(d.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := c.create(ctx, d, cidr); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case !metav1.IsControlledBy(n, d) && n.DeletionTimestamp != nil:
+		return nil // an earlier Deployment's, going: its deletion brings this one back
+	case !metav1.IsControlledBy(n, d):
+		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkConflict,
+			"Network %s exists and is not this Deployment's: rename the Deployment or delete that Network", d.Name)
+		return nil
+	case cidr.IsValid() && n.DeletionTimestamp == nil && n.Spec.CIDR != cidr.String():
+		if err := c.updateCIDR(ctx, d, n, cidr); err != nil {
+			return err
+		}
+	}
+	return c.attachTemplate(ctx, d)
+}
+
+// Wanted reads a Deployment's annotations: whether it asks for a Network,
+// and the cidr it names (invalid for one from the pool).
+func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
+	mode, auto := annotations[samplecrdv1.DeploymentNetworkAnnotation]
+	explicit, hasCIDR := annotations[samplecrdv1.DeploymentNetworkCIDRAnnotation]
+	if auto && mode != samplecrdv1.DeploymentNetworkAuto {
+		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not %q; for a cidr of your choice use %s",
+			samplecrdv1.DeploymentNetworkAnnotation, mode, samplecrdv1.DeploymentNetworkAuto, samplecrdv1.DeploymentNetworkCIDRAnnotation)
+	}
+	if !hasCIDR {
+		return netip.Prefix{}, auto, nil
+	}
+	cidr, err := netip.ParsePrefix(explicit)
+	if err != nil {
+		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not a cidr such as 10.1.0.0/24: %w", samplecrdv1.DeploymentNetworkCIDRAnnotation, explicit, err)
+	}
+	return cidr.Masked(), true, nil
+}
+
+// create makes the Deployment's Network, with a cidr from the pool unless
+// the Deployment names one.
+func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr netip.Prefix) error {
+	owner := d.Namespace + "/" + d.Name
+	if !cidr.IsValid() {
+		taken, err := c.taken()
+		if err != nil {
+			return err
+		}
+		if cidr, err = c.pool.Allocate(owner, taken); err != nil {
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonPoolExhausted, "No Network for this Deployment: %v", err)
+			return err
+		}
+	}
+	n := &samplecrdv1.Network{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: d.Name, Namespace: d.Namespace,
+			Labels:          map[string]string{Label: d.Name, "app.kubernetes.io/managed-by": "netop"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("Deployment"))},
+		},
+		Spec: samplecrdv1.NetworkSpec{CIDR: cidr.String()},
+	}
+	created, err := c.client.SamplecrdV1().Networks(d.Namespace).Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		c.pool.Release(owner)
+		if apierrors.IsAlreadyExists(err) {
+			return err // the cache is behind; the retry reads it
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s with cidr %s refused: %v", d.Name, cidr, apiMessage(err))
+		}
+		return fmt.Errorf("creating Network %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	klog.FromContext(ctx).V(1).Info("Created the Deployment's Network", "deployment", klog.KObj(d), "cidr", created.Spec.CIDR)
+	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonNetworkCreated, "Created Network %s with cidr %s", d.Name, created.Spec.CIDR)
+	return nil
+}
+
+// taken are the cidrs of every Network in the cache, as asked and as
+// built.
+func (c *Controller) taken() ([]netip.Prefix, error) {
+	all, err := c.networks.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Prefix, 0, len(all))
+	for _, n := range all {
+		for _, s := range []string{n.Spec.CIDR, n.Status.CIDR} {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out, nil
+}
+
+// updateCIDR moves the Network to the cidr the Deployment now names; its
+// gateway is defaulted again.
+func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *samplecrdv1.Network, cidr netip.Prefix) error {
+	n = n.DeepCopy()
+	n.Spec.CIDR, n.Spec.Gateway = cidr.String(), ""
+	if _, err := c.client.SamplecrdV1().Networks(n.Namespace).Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s cannot move to %s: %v", n.Name, cidr, apiMessage(err))
+		}
+		return fmt.Errorf("updating Network %s/%s: %w", n.Namespace, n.Name, err)
+	}
+	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonNetworkUpdated, "Network %s moved to cidr %s", n.Name, cidr)
+	return nil
+}
+
+// attachTemplate lists the Network in the pod template's Multus
+// annotation, where admission did not (the webhook was down, or the
+// Deployment predates netop): a rollout, so that the pods join it.
+func (c *Controller) attachTemplate(ctx context.Context, d *appsv1.Deployment) error {
+	annotation, added, err := netselect.WithNetwork(d.Spec.Template.Annotations[netselect.NetworksAnnotation], d.Namespace, d.Namespace, d.Name)
+	if err != nil {
+		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidAnnotation, "The pod template's %v; its pods cannot join Network %s", err, d.Name)
+		return nil
+	}
+	if !added {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": d.ResourceVersion},
+		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{netselect.NetworksAnnotation: annotation}}}},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.kube.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("listing Network %s in the pod template of Deployment %s/%s: %w", d.Name, d.Namespace, d.Name, err)
+	}
+	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonTemplateAttached, "Pods join Network %s: added to the pod template's %s", d.Name, netselect.NetworksAnnotation)
+	return nil
+}
+
+// apiMessage is the message of an API error, without the error's prefix.
+func apiMessage(err error) string {
+	if status, ok := err.(apierrors.APIStatus); ok {
+		return status.Status().Message
+	}
+	return err.Error()
+}

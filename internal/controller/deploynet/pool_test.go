@@ -1,0 +1,65 @@
+package deploynet
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+)
+
+func TestPool(t *testing.T) {
+	p, err := NewPool("10.30.0.0/22", 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := []netip.Prefix{netip.MustParsePrefix("10.30.0.128/25"), netip.MustParsePrefix("192.168.0.0/16")}
+	want := []string{"10.30.1.0/24", "10.30.2.0/24", "10.30.3.0/24"}
+	for i, w := range want {
+		got, err := p.Allocate(w, taken)
+		if err != nil || got.String() != w {
+			t.Fatalf("allocation %d = %v, %v; want %s", i, got, err, w)
+		}
+	}
+	if again, _ := p.Allocate("10.30.2.0/24", taken); again.String() != "10.30.2.0/24" {
+		t.Errorf("an owner asking again got %v", again)
+	}
+	if _, err := p.Allocate("more", taken); !errors.Is(err, ErrExhausted) {
+		t.Errorf("a full pool gave %v", err)
+	}
+	// Released (the Network is in the cache, and so in taken, or went).
+	p.Release("10.30.2.0/24")
+	if got, err := p.Allocate("more", taken); err != nil || got.String() != "10.30.2.0/24" {
+		t.Errorf("after a release: %v, %v", got, err)
+	}
+
+	v6, err := NewPool("fd00:1::/48", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := v6.Allocate("a", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}); got.String() != "fd00:1:0:1::/64" {
+		t.Errorf("IPv6: %v", got)
+	}
+	for _, bad := range []struct {
+		r string
+		l int
+	}{{"10.0.0.1/16", 24}, {"10.0.0.0/16", 8}, {"10.0.0.0/16", 31}, {"nope", 24}} {
+		if _, err := NewPool(bad.r, bad.l); err == nil {
+			t.Errorf("NewPool(%s, %d) accepted", bad.r, bad.l)
+		}
+	}
+}
+
+// The last cidr of the address space ends the walk instead of wrapping.
+func TestPoolEndOfSpace(t *testing.T) {
+	p, err := NewPool("255.255.255.0/24", 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"255.255.255.0/25", "255.255.255.128/25"} {
+		if got, err := p.Allocate(w, nil); err != nil || got.String() != w {
+			t.Fatalf("got %v, %v; want %s", got, err, w)
+		}
+	}
+	if _, err := p.Allocate("x", nil); !errors.Is(err, ErrExhausted) {
+		t.Errorf("got %v", err)
+	}
+}
