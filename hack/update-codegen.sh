@@ -13,18 +13,36 @@ apis=(samplecrd/v1 netop/v1alpha1 cnat/v1alpha1)
 header=hack/boilerplate.go.txt
 out=pkg/generated
 
+# Not served (yet), or not a version at all: deepcopy and conversions only.
+# The hub (samplecrd) is the internal form every served version converts
+# through.
+hub=samplecrd
+unserved=(samplecrd/v2)
+converted=(samplecrd/v1 samplecrd/v2)
+
 input_pkgs=()
 for gv in "${apis[@]}"; do input_pkgs+=("$module/pkg/apis/$gv"); done
+deepcopy_pkgs=("${input_pkgs[@]}" "$module/pkg/apis/$hub")
+for gv in "${unserved[@]}"; do deepcopy_pkgs+=("$module/pkg/apis/$gv"); done
+conversion_pkgs=()
+for gv in "${converted[@]}"; do conversion_pkgs+=("$module/pkg/apis/$gv"); done
 
 # Remove what the generators made before, so that a type that went away does
 # not leave stale files behind.
 rm -rf "$out"
-find pkg/apis -name zz_generated.deepcopy.go -delete
+find pkg/apis -name 'zz_generated.*.go' -delete
 
 go tool deepcopy-gen \
   --go-header-file "$header" \
   --output-file zz_generated.deepcopy.go \
-  "${input_pkgs[@]}"
+  "${deepcopy_pkgs[@]}"
+
+# Conversions between each version and the hub, where the fields match;
+# the rest are the Convert_* functions written by hand beside them.
+go tool conversion-gen \
+  --go-header-file "$header" \
+  --output-file zz_generated.conversion.go \
+  "${conversion_pkgs[@]}"
 
 # Apply configurations (Apply and ApplyStatus on the clientset), for clients
 # of our API that write Networks by server-side apply.

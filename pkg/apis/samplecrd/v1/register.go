@@ -18,11 +18,18 @@ func Resource(resource string) schema.GroupResource {
 }
 
 var (
-	// SchemeBuilder collects the functions that add this package's types to a scheme.
-	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// SchemeBuilder collects the functions that add this package's types,
+	// and their conversions to and from the hub, to a scheme.
+	SchemeBuilder      runtime.SchemeBuilder
+	localSchemeBuilder = &SchemeBuilder
 	// AddToScheme adds this package's types to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
+	AddToScheme = localSchemeBuilder.AddToScheme
 )
+
+func init() {
+	// The generated conversions register themselves in their own init.
+	localSchemeBuilder.Register(addKnownTypes)
+}
 
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,

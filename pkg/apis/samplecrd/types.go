@@ -1,0 +1,72 @@
+package samplecrd
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Network is the hub form of a Network: one or two address families.
+type Network struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   NetworkSpec
+	Status NetworkStatus
+}
+
+// NetworkSpec is the desired network: a cidr per address family, the
+// first the primary one (the only one v1 has), and their gateways, in
+// the order of the cidrs (empty: defaulted).
+type NetworkSpec struct {
+	CIDRs    []string
+	Gateways []string
+}
+
+// BackendType names the kind of backend that provides a network.
+type BackendType string
+
+// NetworkStatus is the observed state of a Network, per family where the
+// spec is.
+type NetworkStatus struct {
+	ObservedGeneration int64
+	Conditions         []metav1.Condition
+	CIDRs              []string
+	Gateways           []string
+	Backend            *NetworkBackendStatus
+	Nodes              *NetworkNodes
+	VNI                int32
+	Addresses          *NetworkAddresses
+}
+
+// NetworkAddresses counts the addresses of a Network that pods use.
+type NetworkAddresses struct {
+	Allocated int64
+	Available string
+}
+
+// NetworkNodes counts the nodes where a Network is ready.
+type NetworkNodes struct {
+	Ready   int32
+	Total   int32
+	Summary string
+}
+
+// NetworkBackendStatus records which backend network belongs to a Network:
+// a Neutron network has a subnet per family.
+type NetworkBackendStatus struct {
+	Type      BackendType
+	Interface string
+	NetworkID string
+	SubnetIDs []string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []Network
+}

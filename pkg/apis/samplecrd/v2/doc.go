@@ -1,0 +1,13 @@
+// Package v2 is version v2 of the samplecrd.k8s.io API group: a Network of
+// one or two address families (dual-stack), with a cidr and a gateway per
+// family. Its objects convert to and from the hub, package samplecrd, by
+// generated functions (zz_generated.conversion.go): its fields are the
+// hub's.
+//
+// It is not served yet: the CRD keeps v1 alone until the conversion
+// webhook serves both (controller-gen's skipversion on Network).
+//
+// +k8s:deepcopy-gen=package
+// +k8s:conversion-gen=github.com/netop-dev/netop/pkg/apis/samplecrd
+// +groupName=samplecrd.k8s.io
+package v2

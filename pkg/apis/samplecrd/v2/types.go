@@ -1,0 +1,157 @@
+package v2
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:skipversion
+// +kubebuilder:resource:scope=Namespaced,shortName=net,categories=netop
+
+// Network is an IP network of one or two address families that netop
+// creates and keeps in a backend: a Linux bridge carrying a gateway
+// address per family, or an OpenStack Neutron network with a subnet per
+// family.
+type Network struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the network the user asks for.
+	// +required
+	Spec NetworkSpec `json:"spec"`
+
+	// status is what netop last made of the spec in the backend.
+	// +optional
+	Status NetworkStatus `json:"status,omitempty"`
+}
+
+// NetworkSpec is the desired network.
+type NetworkSpec struct {
+	// cidrs are the address ranges of the network in CIDR notation, one or
+	// two: at most one IPv4 and one IPv6 (dual-stack). The first is the
+	// primary one, the one a v1 client sees as spec.cidr. Each follows
+	// v1's rules for spec.cidr.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="each must be an IP prefix in CIDR notation, such as 192.168.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || !isCIDR(self[0]) || !isCIDR(self[1]) || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="must be of different families: one IPv4 and one IPv6"
+	CIDRs []string `json:"cidrs"`
+
+	// gateways are the gateway addresses, in the order of cidrs, each
+	// inside its cidr. A cidr without one (the list is shorter, or its
+	// entry is empty) gets the first usable address of the cidr.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="self.all(g, g == '' || isIP(g))",message="each must be an IP address, such as 192.168.0.1, or empty for the default"
+	Gateways []string `json:"gateways,omitempty"`
+}
+
+// BackendType names the kind of backend that provides a network.
+// +kubebuilder:validation:Enum=linux;neutron
+type BackendType string
+
+// NetworkStatus is the observed state of a Network.
+type NetworkStatus struct {
+	// observedGeneration is the metadata.generation that the status
+	// describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions describe the network's state, as in v1.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// cidrs are the canonical forms of spec.cidrs that the backend uses,
+	// in the same order.
+	// +optional
+	// +listType=atomic
+	CIDRs []string `json:"cidrs,omitempty"`
+
+	// gateways are the gateway addresses that the backend uses, in the
+	// order of cidrs.
+	// +optional
+	// +listType=atomic
+	Gateways []string `json:"gateways,omitempty"`
+
+	// backend identifies the backend network.
+	// +optional
+	Backend *NetworkBackendStatus `json:"backend,omitempty"`
+
+	// nodes counts the nodes where the network is ready, as in v1.
+	// +optional
+	Nodes *NetworkNodes `json:"nodes,omitempty"`
+
+	// vni is the VXLAN network identifier, as in v1.
+	// +optional
+	VNI int32 `json:"vni,omitempty"`
+
+	// addresses is how pods use the network's addresses, as in v1.
+	// +optional
+	Addresses *NetworkAddresses `json:"addresses,omitempty"`
+}
+
+// NetworkAddresses counts the addresses of a Network that pods use.
+type NetworkAddresses struct {
+	// allocated is the number of addresses that pods hold.
+	// +required
+	Allocated int64 `json:"allocated"`
+
+	// available is the number of addresses that can still be allocated,
+	// in decimal.
+	// +required
+	Available string `json:"available"`
+}
+
+// NetworkNodes counts the nodes where a Network is ready.
+type NetworkNodes struct {
+	// +required
+	Ready int32 `json:"ready"`
+	// +required
+	Total int32 `json:"total"`
+	// +required
+	Summary string `json:"summary"`
+}
+
+// NetworkBackendStatus records which backend network belongs to a Network.
+type NetworkBackendStatus struct {
+	// type is the backend that provides the network: linux or neutron.
+	// +required
+	Type BackendType `json:"type"`
+
+	// interface is the name of the Linux bridge (linux backend).
+	// +optional
+	Interface string `json:"interface,omitempty"`
+
+	// networkID is the ID of the Neutron network (neutron backend).
+	// +optional
+	NetworkID string `json:"networkID,omitempty"`
+
+	// subnetIDs are the IDs of the Neutron subnets, in the order of
+	// cidrs (neutron backend).
+	// +optional
+	// +listType=atomic
+	SubnetIDs []string `json:"subnetIDs,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []Network `json:"items"`
+}
