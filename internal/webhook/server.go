@@ -120,8 +120,29 @@ func ReviewHandler(ctx context.Context, h Handler) http.Handler {
 }
 
 func decodeReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
+	body, status, err := ReadBody(w, r)
+	if err != nil {
+		return nil, status, err
+	}
+	review, err := DecodeReview(body)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	return review, 0, nil
+}
+
+// HandleHTTP serves h at path within the server's limits: for reviews
+// that are not admission reviews (the CRDs' ConversionReviews), whose
+// handlers read their body with ReadBody.
+func (s *Server) HandleHTTP(path string, h http.Handler) {
+	s.mux.Handle(path, s.limiter.wrap(h))
+}
+
+// ReadBody reads the JSON body of a review the API server POSTs, at most
+// MaxRequestBytes; on an error it returns the HTTP status to answer.
+func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 	if r.Method != http.MethodPost {
-		return nil, http.StatusMethodNotAllowed, fmt.Errorf("admission reviews are POSTed, not %s", r.Method)
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("reviews are POSTed, not %s", r.Method)
 	}
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", r.Header.Get("Content-Type"))
@@ -140,15 +161,11 @@ func decodeReview(w http.ResponseWriter, r *http.Request) (*admissionv1.Admissio
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("admission review larger than %d bytes", MaxRequestBytes)
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("review larger than %d bytes", MaxRequestBytes)
 		}
-		return nil, http.StatusBadRequest, fmt.Errorf("reading admission review: %w", err)
+		return nil, http.StatusBadRequest, fmt.Errorf("reading review: %w", err)
 	}
-	review, err := DecodeReview(body)
-	if err != nil {
-		return nil, http.StatusBadRequest, err
-	}
-	return review, 0, nil
+	return body, 0, nil
 }
 
 // DecodeReview parses an admission/v1 AdmissionReview that carries a request.

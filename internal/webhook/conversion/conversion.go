@@ -1,0 +1,125 @@
+// Package conversion serves a CustomResourceDefinition's conversion
+// webhook: the API server POSTs apiextensions.k8s.io/v1 ConversionReviews,
+// objects of one version to be returned in another. Every object goes
+// through its group's hub (the scheme's internal version), never from
+// version to version, so that each version needs two conversions only.
+// The conversions are the scheme's (conversion-gen's and the hand-written
+// ones beside the types); this package knows no kind.
+package conversion
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/webhook"
+)
+
+// Converter converts objects between the versions of the groups of a
+// scheme that registers their hub (internal) types and conversions.
+type Converter struct {
+	Scheme *runtime.Scheme
+}
+
+// Handler serves ConversionReviews; mount it with webhook.Server.HandleHTTP.
+func (c Converter) Handler(ctx context.Context) http.Handler {
+	logger := klog.FromContext(ctx)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, status, err := webhook.ReadBody(w, r)
+		if err != nil {
+			http.Error(w, err.Error(), status)
+			return
+		}
+		review := &apiextensionsv1.ConversionReview{}
+		if err := json.Unmarshal(body, review); err != nil || review.Request == nil {
+			http.Error(w, fmt.Sprintf("not a ConversionReview with a request: %v", err), http.StatusBadRequest)
+			return
+		}
+		resp := c.Review(review.Request)
+		out := apiextensionsv1.ConversionReview{TypeMeta: review.TypeMeta, Response: resp}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(&out); err != nil {
+			logger.Error(err, "Writing conversion response")
+		}
+		if resp.Result.Status != metav1.StatusSuccess {
+			logger.Info("Refused a conversion", "uid", review.Request.UID, "to", review.Request.DesiredAPIVersion, "reason", resp.Result.Message)
+		}
+	})
+}
+
+// Review converts every object of req, or none: one that fails fails the
+// review, with a message naming it.
+func (c Converter) Review(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
+	resp := &apiextensionsv1.ConversionResponse{UID: req.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
+	desired, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
+	if err != nil {
+		return failed(resp, fmt.Sprintf("desiredAPIVersion %q: %v", req.DesiredAPIVersion, err))
+	}
+	resp.ConvertedObjects = make([]runtime.RawExtension, 0, len(req.Objects))
+	for i, raw := range req.Objects {
+		converted, err := c.Convert(raw.Raw, desired)
+		if err != nil {
+			return failed(resp, fmt.Sprintf("objects[%d]: %v", i, err))
+		}
+		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: converted})
+	}
+	return resp
+}
+
+func failed(resp *apiextensionsv1.ConversionResponse, message string) *apiextensionsv1.ConversionResponse {
+	resp.ConvertedObjects = nil
+	resp.Result = metav1.Status{Status: metav1.StatusFailure, Message: message, Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest}
+	return resp
+}
+
+// Convert converts one object's JSON to version desired of its group,
+// through the hub.
+func (c Converter) Convert(raw []byte, desired schema.GroupVersion) ([]byte, error) {
+	var meta struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	from := meta.GroupVersionKind()
+	name := klog.KRef(meta.Namespace, meta.Name).String()
+	if from.Group != desired.Group {
+		return nil, fmt.Errorf("%s %s is of group %q, not %q", from.Kind, name, from.Group, desired.Group)
+	}
+	in, err := c.Scheme.New(from)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", from.Kind, name, err)
+	}
+	if err := json.Unmarshal(raw, in); err != nil {
+		return nil, fmt.Errorf("%s %s: decoding %s: %w", from.Kind, name, from.GroupVersion(), err)
+	}
+	hub, err := c.Scheme.New(schema.GroupVersionKind{Group: from.Group, Version: runtime.APIVersionInternal, Kind: from.Kind})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: no hub: %w", from.Kind, name, err)
+	}
+	to := desired.WithKind(from.Kind)
+	out, err := c.Scheme.New(to)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", from.Kind, name, err)
+	}
+	if err := c.Scheme.Convert(in, hub, nil); err != nil {
+		return nil, fmt.Errorf("%s %s: %s to the hub: %w", from.Kind, name, from.GroupVersion(), err)
+	}
+	if err := c.Scheme.Convert(hub, out, nil); err != nil {
+		return nil, fmt.Errorf("%s %s: the hub to %s: %w", from.Kind, name, desired, err)
+	}
+	out.GetObjectKind().SetGroupVersionKind(to)
+	converted, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: encoding %s: %w", from.Kind, name, desired, err)
+	}
+	return converted, nil
+}
