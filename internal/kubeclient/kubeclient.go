@@ -9,8 +9,13 @@ package kubeclient
 
 import (
 	"fmt"
+	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -48,4 +53,18 @@ func New(cfg *rest.Config, contentType string) (*kubernetes.Clientset, error) {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(Config(cfg, contentType))
+}
+
+// Serves reports whether the API server serves resource gvr: a CRD netop
+// works with may not be installed (Multus's), or not yet (an upgrade whose
+// CRDs are applied after the binary).
+func Serves(d discovery.DiscoveryInterface, gvr schema.GroupVersionResource) (bool, error) {
+	resources, err := d.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", gvr.GroupVersion(), err)
+	}
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }), nil
 }

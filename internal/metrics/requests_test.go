@@ -45,11 +45,26 @@ func TestCountRequestsBytes(t *testing.T) {
 	do(http.MethodPatch, "/apis/samplecrd.k8s.io/v1/namespaces/a/networks/n", "application/apply-patch+yaml", strings.Repeat("j", 5))
 	do(http.MethodGet, "/version", "", "")
 
+	// A watch is counted as it is read, not when it ends.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/namespaces/a/events", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.APIBytes.WithLabelValues("received", "protobuf")); got != 400 {
+		t.Errorf("after 100 bytes of a second stream: %v received, want 400", got)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+
 	for _, tc := range []struct {
 		direction, encoding string
 		want                float64
 	}{
-		{"sent", "protobuf", 40}, {"sent", "json", 30}, {"received", "protobuf", 300}, {"received", "json", 210}, {"received", "other", 0},
+		{"sent", "protobuf", 40}, {"sent", "json", 30}, {"received", "protobuf", 600}, {"received", "json", 210}, {"received", "other", 0},
 	} {
 		if got := testutil.ToFloat64(m.APIBytes.WithLabelValues(tc.direction, tc.encoding)); got != tc.want {
 			t.Errorf("%s %s bytes = %v, want %v", tc.direction, tc.encoding, got, tc.want)

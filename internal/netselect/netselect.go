@@ -209,6 +209,9 @@ func StatusAnnotationValue(statuses []Status) (string, error) {
 // Network namespace/name added, in the annotation's own form (the short
 // list or the JSON list), and whether it had to be added.
 func WithNetwork(annotation, podNamespace, namespace, name string) (string, bool, error) {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", false, fmt.Errorf("network name %q: %s", name, strings.Join(errs, "; "))
+	}
 	selections, err := Parse(annotation, podNamespace)
 	if err != nil {
 		return "", false, err

@@ -94,4 +94,7 @@ func TestWithNetwork(t *testing.T) {
 	if _, _, err := WithNetwork("bad name!", "default", "default", "web"); err == nil {
 		t.Error("WithNetwork accepted an annotation that does not parse")
 	}
+	if got, _, err := WithNetwork("other", "default", "default", ""); err == nil {
+		t.Errorf("WithNetwork added a Network without a name: %q", got)
+	}
 }

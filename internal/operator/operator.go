@@ -222,7 +222,16 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return fail(err)
 	}
 
-	if o.RunAts {
+	// A netop upgraded before its CRDs were applied still runs; Ats wait
+	// for a restart.
+	atsServed, err := kubeclient.Serves(kube.Discovery(), cnatv1alpha1.SchemeGroupVersion.WithResource("ats"))
+	if err != nil {
+		return fail(err)
+	}
+	if o.RunAts && !atsServed {
+		klog.FromContext(ctx).Info("Not running Ats: the API server does not serve them; apply netop's CRDs and restart", "resource", "ats."+cnatv1alpha1.GroupName)
+	}
+	if o.RunAts && atsServed {
 		op.ats, err = at.New(ctx, client, kube, op.factory.Cnat().V1alpha1().Ats(), op.pods.Core().V1().Pods(), recorder, op.metrics,
 			at.Options{Workers: o.Workers, Image: o.AtImage})
 		if err != nil {
@@ -472,9 +481,10 @@ func dropManagedFields(obj any) (any, error) {
 
 // trimPod keeps of a pod what the address allocation reads (identity,
 // annotations, phase), its Ready condition, which says whether a node
-// agent's pod works, and its controller reference, which says which At it
-// runs: a cluster's pods are most of its objects, and their specs and
-// statuses most of their size.
+// agent's pod works, and its controller reference, finalizers and
+// deletion, which say which At it runs and whether it goes: a cluster's
+// pods are most of its objects, and their specs and statuses most of
+// their size.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -482,7 +492,7 @@ func trimPod(obj any) (any, error) {
 	}
 	trimmed := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Annotations: pod.Annotations},
+			Annotations: pod.Annotations, Finalizers: pod.Finalizers, DeletionTimestamp: pod.DeletionTimestamp},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil {

@@ -94,7 +94,7 @@ func newLimiter(l Limits) *limiter {
 func (l *limiter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxRequestBytes {
-			http.Error(w, fmt.Sprintf("admission review larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("review larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
 			return
 		}
 		if l.inFlight != nil {

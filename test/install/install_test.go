@@ -121,6 +121,9 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{true, "update", "cnat.programming-kubernetes.info", "ats/status", "default", "a"},
 		{false, "update", "cnat.programming-kubernetes.info", "ats", "default", "a"},
 		{false, "delete", "cnat.programming-kubernetes.info", "ats", "default", "a"},
+		// Blocking owner references: an At's pod, a Deployment's Network.
+		{true, "update", "cnat.programming-kubernetes.info", "ats/finalizers", "default", "a"},
+		{true, "update", "apps", "deployments/finalizers", "default", "d"},
 		// The leader election Lease, in netop's namespace only.
 		{true, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
 		{true, "create", "coordination.k8s.io", "leases", operatorNamespace, ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,9 @@ func TestAt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !slices.Contains(pod.Finalizers, at.Finalizer) {
+			t.Errorf("pod finalizers %v: want %s until its end is recorded", pod.Finalizers, at.Finalizer)
+		}
 		if !metav1.IsControlledBy(pod, running) || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
 			strings.Join(pod.Spec.Containers[0].Command, " ") != "sh -c date -u" {
 			t.Errorf("pod: owners %+v, restart %s, command %q", pod.OwnerReferences, pod.Spec.RestartPolicy, pod.Spec.Containers[0].Command)
@@ -110,6 +114,11 @@ func TestAt(t *testing.T) {
 		if done.Status.Succeeded == nil || !*done.Status.Succeeded {
 			t.Errorf("DONE with %+v, want succeeded", done.Status)
 		}
+		// Recorded, the pod is let go (and kept, for its logs).
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			p, err := env.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			return err == nil && len(p.Finalizers) == 0, fmt.Sprintf("pod finalizers %v (%v)", p.GetFinalizers(), err)
+		})
 
 		// Deleted, its pod goes with it.
 		if err := ats.Delete(t.Context(), "example-at", metav1.DeleteOptions{}); err != nil {
@@ -161,12 +170,18 @@ func TestAt(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := waitAt(t, ns, "interrupted", func(s cnatv1alpha1.AtStatus) bool { return s.Phase == cnatv1alpha1.PhaseDone })
-		if done.Status.Succeeded == nil || *done.Status.Succeeded {
-			t.Errorf("DONE with %+v, want unsucceeded", done.Status)
+		if done.Status.Succeeded == nil || *done.Status.Succeeded || !strings.Contains(done.Status.Message, "deleted before it ended") {
+			t.Errorf("DONE with %+v, want unsucceeded, deleted", done.Status)
 		}
-		if pod, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), first.Name, metav1.GetOptions{}); err == nil {
-			t.Errorf("the command runs again: pod %s (uid %s, first %s)", pod.Name, pod.UID, first.UID)
-		}
+		// The finalizer held the deleted pod until its end was recorded;
+		// then it goes, and no second pod is made.
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			pod, err := env.Kube.CoreV1().Pods(ns).Get(ctx, first.Name, metav1.GetOptions{})
+			if err == nil && pod.UID != first.UID {
+				t.Fatalf("the command runs again: pod %s (uid %s, first %s)", pod.Name, pod.UID, first.UID)
+			}
+			return apierrors.IsNotFound(err), fmt.Sprintf("pod still there (%v)", err)
+		})
 	})
 
 	t.Run("a bad schedule is refused, naming the field", func(t *testing.T) {

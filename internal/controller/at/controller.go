@@ -4,19 +4,24 @@
 // (sh -c) on a node, owned by the At so that the garbage collector removes
 // it with the At. The At's phase follows the pod: PENDING until it is
 // made, RUNNING while it runs, DONE when it ended. An At runs once: DONE
-// is final, and a pod deleted before it ended makes it DONE, unsucceeded,
-// rather than run the command a second time.
+// is final; the pod carries a finalizer until its end is recorded, so a
+// pod that was made is never missed, and one deleted before it ended makes
+// the At DONE, unsucceeded, rather than run the command a second time.
 package at
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -44,7 +49,11 @@ const (
 	ReasonFailed          = "Failed"
 	ReasonInvalidSchedule = "InvalidSchedule"
 	ReasonPodConflict     = "PodConflict"
+	ReasonPodRefused      = "PodRefused"
 )
+
+// Finalizer keeps an At's pod until its end is recorded in the At.
+const Finalizer = cnatv1alpha1.GroupName + "/run-once"
 
 // Label names an At's pod's At, for `kubectl get pods -l`.
 const Label = cnatv1alpha1.GroupName + "/at"
@@ -123,74 +132,159 @@ func (c *Controller) enqueueOwner(obj any) {
 }
 
 // sync moves an At along: it waits for the schedule, makes the pod, and
-// follows it to its end.
+// follows it to its end. The pod carries Finalizer until its end is in
+// the At's status (as the Job controller tracks its pods), so a pod that
+// was made is always seen again, even deleted, and the command runs at
+// most once.
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	at, err := c.ats.Ats(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
-		return nil // the garbage collector removes its pod
+		// The garbage collector deletes its pod; let it go.
+		pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
+		if err != nil || !ranBy(pod, name.Name, "") {
+			return nil //nolint:nilerr // no pod of the At
+		}
+		return c.release(ctx, pod)
 	}
 	if err != nil {
 		return err
 	}
-	if at.DeletionTimestamp != nil || at.Status.Phase == cnatv1alpha1.PhaseDone {
-		return nil
-	}
-	when, err := time.Parse(time.RFC3339, at.Spec.Schedule)
-	if err != nil {
-		// The CRD refuses such a schedule; one stored before it did is
-		// reported, and waits for a fix.
-		msg := fmt.Sprintf("spec.schedule %q is not an RFC 3339 time such as 2019-07-03T02:00:00Z: %v", at.Spec.Schedule, err)
-		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonInvalidSchedule)
-	}
-
 	pod, err := c.pod(ctx, at)
 	if err != nil {
 		return err
 	}
+	if at.DeletionTimestamp != nil || at.Status.Phase == cnatv1alpha1.PhaseDone {
+		if pod != nil && ranBy(pod, at.Name, at.UID) {
+			return c.release(ctx, pod)
+		}
+		return nil
+	}
+
 	if pod == nil {
 		if at.Status.Pod != "" {
-			// Made once and gone before it ended: an At never runs twice.
-			msg := fmt.Sprintf("pod %s was deleted before it ended", at.Status.Pod)
+			// Made, and gone without netop seeing its end (its
+			// finalizer was removed by hand): never made again.
+			msg := fmt.Sprintf("pod %s went before it ended", at.Status.Pod)
 			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: at.Status.Pod, Succeeded: ptr.To(false), Message: msg},
 				corev1.EventTypeWarning, ReasonFailed)
+		}
+		// The schedule matters only until the pod is made.
+		when, err := ParseSchedule(at.Spec.Schedule)
+		if err != nil {
+			// The CRD refuses such a schedule; one stored before it did
+			// is reported, and waits for a fix.
+			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: err.Error()}, corev1.EventTypeWarning, ReasonInvalidSchedule)
 		}
 		if wait := when.Sub(c.opts.Clock.Now()); wait > 0 {
 			c.AddAfter(name, wait)
 			msg := "runs at " + when.UTC().Format(time.RFC3339)
 			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, "", "")
 		}
-		if pod, err = c.kube.CoreV1().Pods(at.Namespace).Create(ctx, c.desiredPod(at), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			// Ours, made by a sync whose status write failed, or
-			// someone else's: read it.
-			if pod, err = c.kube.CoreV1().Pods(at.Namespace).Get(ctx, at.Name, metav1.GetOptions{}); err != nil {
-				return fmt.Errorf("reading pod %s/%s: %w", at.Namespace, at.Name, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("creating pod %s/%s: %w", at.Namespace, at.Name, err)
-		} else {
-			klog.FromContext(ctx).V(1).Info("Created the At's pod", "at", klog.KObj(at), "pod", klog.KObj(pod))
+		if pod, err = c.createPod(ctx, at); err != nil {
+			return err
 		}
 	}
 	if !metav1.IsControlledBy(pod, at) {
 		msg := fmt.Sprintf("pod %s exists and is not this At's: delete it or rename the At", pod.Name)
 		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonPodConflict)
 	}
-	switch pod.Status.Phase {
-	case corev1.PodSucceeded:
-		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(true),
-			Message: fmt.Sprintf("pod %s ran the command, which exited 0", pod.Name)}, corev1.EventTypeNormal, ReasonSucceeded)
-	case corev1.PodFailed:
+	var done cnatv1alpha1.AtStatus
+	var eventType, reason string
+	switch {
+	case pod.Status.Phase == corev1.PodSucceeded:
+		done = cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(true),
+			Message: fmt.Sprintf("pod %s ran the command, which exited 0", pod.Name)}
+		eventType, reason = corev1.EventTypeNormal, ReasonSucceeded
+	case pod.Status.Phase == corev1.PodFailed:
 		// The pod cache keeps only the phase of a pod; its end is read
 		// once, from the API server.
 		if live, err := c.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
 			pod = live
 		}
-		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(false),
-			Message: fmt.Sprintf("pod %s failed: %s", pod.Name, failure(pod))}, corev1.EventTypeWarning, ReasonFailed)
+		done = cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(false),
+			Message: fmt.Sprintf("pod %s failed: %s", pod.Name, failure(pod))}
+		eventType, reason = corev1.EventTypeWarning, ReasonFailed
+	case pod.DeletionTimestamp != nil:
+		done = cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseDone, Pod: pod.Name, Succeeded: ptr.To(false),
+			Message: fmt.Sprintf("pod %s was deleted before it ended", pod.Name)}
+		eventType, reason = corev1.EventTypeWarning, ReasonFailed
 	default:
 		return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhaseRunning, Pod: pod.Name,
 			Message: fmt.Sprintf("pod %s runs the command", pod.Name)}, corev1.EventTypeNormal, ReasonStarted)
 	}
+	// The end is recorded before the pod may go.
+	if err := c.setStatus(ctx, at, done, eventType, reason); err != nil {
+		return err
+	}
+	return c.release(ctx, pod)
+}
+
+// ParseSchedule reads an At's schedule: RFC 3339, as the CRD's date-time
+// format accepts it (the letters in either case).
+func ParseSchedule(schedule string) (time.Time, error) {
+	when, err := time.Parse(time.RFC3339, strings.ToUpper(schedule))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("spec.schedule %q is not an RFC 3339 time such as 2019-07-03T02:00:00Z: %w", schedule, err)
+	}
+	return when, nil
+}
+
+// createPod makes the At's pod; one that exists (made by a sync whose
+// status write failed, or someone else's) is read instead.
+func (c *Controller) createPod(ctx context.Context, at *cnatv1alpha1.At) (*corev1.Pod, error) {
+	pod, err := c.kube.CoreV1().Pods(at.Namespace).Create(ctx, c.desiredPod(at), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).V(1).Info("Created the At's pod", "at", klog.KObj(at), "pod", klog.KObj(pod))
+		return pod, nil
+	case apierrors.IsAlreadyExists(err):
+		if pod, err = c.kube.CoreV1().Pods(at.Namespace).Get(ctx, at.Name, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("reading pod %s/%s: %w", at.Namespace, at.Name, err)
+		}
+		return pod, nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		// Pod Security, a quota, a policy: said where the user looks,
+		// and retried with backoff, as the cause may go.
+		msg := fmt.Sprintf("the pod cannot be made: %s", apiMessage(err))
+		if serr := c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonPodRefused); serr != nil {
+			return nil, serr
+		}
+	}
+	return nil, fmt.Errorf("creating pod %s/%s: %w", at.Namespace, at.Name, err)
+}
+
+// ranBy says whether pod is the pod of the At of that name (and UID, if
+// given) and still carries Finalizer.
+func ranBy(pod *corev1.Pod, name string, uid types.UID) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "At" && ref.APIVersion == cnatv1alpha1.SchemeGroupVersion.String() &&
+		ref.Name == name && (uid == "" || ref.UID == uid) && slices.Contains(pod.Finalizers, Finalizer)
+}
+
+// release removes Finalizer from the pod: its end is recorded, or its At
+// is gone.
+func (c *Controller) release(ctx context.Context, pod *corev1.Pod) error {
+	finalizers := slices.DeleteFunc(slices.Clone(pod.Finalizers), func(f string) bool { return f == Finalizer })
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": pod.ResourceVersion}})
+	if err != nil {
+		return err
+	}
+	_, err = c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing the finalizer of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// apiMessage is the message of an API error, without the error's prefix.
+func apiMessage(err error) string {
+	if status, ok := err.(apierrors.APIStatus); ok {
+		return status.Status().Message
+	}
+	return err.Error()
 }
 
 // pod is the pod of the At's name: from the cache, and when the cache has
@@ -225,13 +319,25 @@ func (c *Controller) desiredPod(at *cnatv1alpha1.At) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: at.Name, Namespace: at.Namespace,
 			Labels:          map[string]string{Label: at.Name},
+			Finalizers:      []string{Finalizer},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(at, cnatv1alpha1.SchemeGroupVersion.WithKind("At"))},
 		},
+		// Pod Security's restricted profile: a command needs no more, and
+		// no credentials.
 		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
 			Containers: []corev1.Container{{
 				Name: "command", Image: c.opts.Image, Command: []string{"sh", "-c", at.Spec.Command},
 				ImagePullPolicy: corev1.PullIfNotPresent,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 		},
 	}

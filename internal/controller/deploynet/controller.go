@@ -154,8 +154,10 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	case err != nil:
 		return err
-	case !metav1.IsControlledBy(n, d) && n.DeletionTimestamp != nil:
-		return nil // an earlier Deployment's, going: its deletion brings this one back
+	case !metav1.IsControlledBy(n, d) && (n.DeletionTimestamp != nil || OfDeploymentNamed(n, d.Name)):
+		// An earlier Deployment's of this name, going or about to be
+		// collected: its deletion brings this one's.
+		return nil
 	case !metav1.IsControlledBy(n, d):
 		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkConflict,
 			"Network %s exists and is not this Deployment's: rename the Deployment or delete that Network", d.Name)
@@ -166,6 +168,13 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	}
 	return c.attachTemplate(ctx, d)
+}
+
+// OfDeploymentNamed says whether a Network is the one of a Deployment of
+// that name (its controller), whatever that Deployment's UID.
+func OfDeploymentNamed(n *samplecrdv1.Network, name string) bool {
+	ref := metav1.GetControllerOf(n)
+	return ref != nil && ref.Kind == "Deployment" && ref.APIVersion == appsv1.SchemeGroupVersion.String() && ref.Name == name
 }
 
 // Wanted reads a Deployment's annotations: whether it asks for a Network,
@@ -192,11 +201,8 @@ func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
 func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr netip.Prefix) error {
 	owner := d.Namespace + "/" + d.Name
 	if !cidr.IsValid() {
-		taken, err := c.taken()
-		if err != nil {
-			return err
-		}
-		if cidr, err = c.pool.Allocate(owner, taken); err != nil {
+		var err error
+		if cidr, err = c.pool.Allocate(owner, c.taken); err != nil {
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonPoolExhausted, "No Network for this Deployment: %v", err)
 			return err
 		}

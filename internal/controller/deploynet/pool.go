@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -41,37 +42,43 @@ func NewPool(rangePrefix string, prefixLength int) (*Pool, error) {
 var ErrExhausted = errors.New("no free cidr")
 
 // Allocate hands owner the first cidr of the pool that overlaps none of
-// taken and none handed out to another owner; an owner asking again gets
-// the same one.
-func (p *Pool) Allocate(owner string, taken []netip.Prefix) (netip.Prefix, error) {
+// the taken ones and none handed out to another owner; an owner asking
+// again gets the same one. taken is read under the pool's lock, so that a
+// Network that reaches the cache (and is released from the pending ones)
+// meanwhile is seen one way or the other.
+func (p *Pool) Allocate(owner string, taken func() ([]netip.Prefix, error)) (netip.Prefix, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cidr, ok := p.pending[owner]; ok {
 		return cidr, nil
 	}
+	all, err := taken()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
 	var used []netip.Prefix
-	for _, t := range taken {
+	for _, t := range all {
 		if t.Overlaps(p.Range) {
-			used = append(used, t)
+			used = append(used, t.Masked())
 		}
 	}
 	for _, cidr := range p.pending {
 		used = append(used, cidr)
 	}
-	step := p.Range.Addr().BitLen() - p.PrefixLength
+	bits := p.Range.Addr().BitLen()
 	for cidr := netip.PrefixFrom(p.Range.Addr(), p.PrefixLength); p.Range.Contains(cidr.Addr()); {
-		free := true
-		for _, u := range used {
-			if u.Overlaps(cidr) {
-				free = false
-				break
-			}
-		}
-		if free {
+		i := slices.IndexFunc(used, cidr.Overlaps)
+		if i < 0 {
 			p.pending[owner] = cidr
 			return cidr, nil
 		}
-		next, ok := advance(cidr.Addr(), step)
+		// On past what it overlaps: a taken prefix larger than a cidr in
+		// one step (a /17 in a pool of /64s), else the next cidr.
+		start, step := cidr.Addr(), bits-p.PrefixLength
+		if u := used[i]; u.Bits() < p.PrefixLength {
+			start, step = u.Addr(), bits-u.Bits()
+		}
+		next, ok := advance(start, step)
 		if !ok {
 			break
 		}

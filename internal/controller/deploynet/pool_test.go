@@ -11,7 +11,9 @@ func TestPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	taken := []netip.Prefix{netip.MustParsePrefix("10.30.0.128/25"), netip.MustParsePrefix("192.168.0.0/16")}
+	taken := func() ([]netip.Prefix, error) {
+		return []netip.Prefix{netip.MustParsePrefix("10.30.0.128/25"), netip.MustParsePrefix("192.168.0.0/16")}, nil
+	}
 	want := []string{"10.30.1.0/24", "10.30.2.0/24", "10.30.3.0/24"}
 	for i, w := range want {
 		got, err := p.Allocate(w, taken)
@@ -35,8 +37,20 @@ func TestPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := v6.Allocate("a", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}); got.String() != "fd00:1:0:1::/64" {
+	if got, _ := v6.Allocate("a", fixed("fd00:1::/64")); got.String() != "fd00:1:0:1::/64" {
 		t.Errorf("IPv6: %v", got)
+	}
+	// A taken prefix far larger than a cidr is passed in one step, not
+	// 2^47 (the test would not end).
+	big, err := NewPool("fd00::/16", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := big.Allocate("a", fixed("fd00::/17")); err != nil || got.String() != "fd00:8000::/64" {
+		t.Errorf("past a /17: %v, %v", got, err)
+	}
+	if _, err := big.Allocate("b", fixed("fd00::/16")); !errors.Is(err, ErrExhausted) {
+		t.Errorf("a pool inside a taken prefix: %v", err)
 	}
 	for _, bad := range []struct {
 		r string
@@ -55,11 +69,21 @@ func TestPoolEndOfSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"255.255.255.0/25", "255.255.255.128/25"} {
-		if got, err := p.Allocate(w, nil); err != nil || got.String() != w {
+		if got, err := p.Allocate(w, fixed()); err != nil || got.String() != w {
 			t.Fatalf("got %v, %v; want %s", got, err, w)
 		}
 	}
-	if _, err := p.Allocate("x", nil); !errors.Is(err, ErrExhausted) {
+	if _, err := p.Allocate("x", fixed()); !errors.Is(err, ErrExhausted) {
 		t.Errorf("got %v", err)
+	}
+}
+
+func fixed(prefixes ...string) func() ([]netip.Prefix, error) {
+	return func() ([]netip.Prefix, error) {
+		var out []netip.Prefix
+		for _, p := range prefixes {
+			out = append(out, netip.MustParsePrefix(p))
+		}
+		return out, nil
 	}
 }

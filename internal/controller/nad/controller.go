@@ -30,6 +30,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
@@ -53,16 +54,7 @@ const fieldManager = "netop"
 const ReasonConflict = "NetworkAttachmentDefinitionConflict"
 
 // Installed reports whether the cluster serves NetworkAttachmentDefinitions.
-func Installed(d discovery.DiscoveryInterface) (bool, error) {
-	resources, err := d.ServerResourcesForGroupVersion(Resource.GroupVersion().String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", Resource.GroupVersion(), err)
-	}
-	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == Resource.Resource }), nil
-}
+func Installed(d discovery.DiscoveryInterface) (bool, error) { return kubeclient.Serves(d, Resource) }
 
 // Options configure the plugin configuration written into each definition:
 // where netop's agent installs the plugin's credentials and records on

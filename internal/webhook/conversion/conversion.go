@@ -38,8 +38,12 @@ func (c Converter) Handler(ctx context.Context) http.Handler {
 			return
 		}
 		review := &apiextensionsv1.ConversionReview{}
-		if err := json.Unmarshal(body, review); err != nil || review.Request == nil {
-			http.Error(w, fmt.Sprintf("not a ConversionReview with a request: %v", err), http.StatusBadRequest)
+		if err := json.Unmarshal(body, review); err != nil {
+			http.Error(w, fmt.Sprintf("decoding ConversionReview: %v", err), http.StatusBadRequest)
+			return
+		}
+		if review.Request == nil {
+			http.Error(w, "a ConversionReview without a request", http.StatusBadRequest)
 			return
 		}
 		resp := c.Review(review.Request)

@@ -3,9 +3,11 @@
 // auto or samplecrd.k8s.io/network-cidr gets the Network of its name
 // (made by controller/deploynet) added to the template's
 // k8s.v1.cni.cncf.io/networks, so that its first pods already join it and
-// no second rollout follows. Bad annotations are refused naming the
-// annotation, and so is a Deployment whose name is a Network it does not
-// own: its pods would join someone else's Network.
+// no second rollout follows (a Deployment made with generateName has no
+// name yet: the controller lists its Network later). Bad annotations are
+// refused naming the annotation, and so is a Deployment whose name is a
+// Network that is not a Deployment's: its pods would join someone else's
+// Network.
 package deployments
 
 import (
@@ -51,9 +53,16 @@ func (a *Attacher) Admit(_ context.Context, req *admissionv1.AdmissionRequest) *
 	if !wanted {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	// A Network on its way out (a Deployment of this name deleted a moment
-	// ago) is no conflict: the new one follows it.
-	if n, err := a.Networks.Networks(d.Namespace).Get(d.Name); err == nil && n.DeletionTimestamp == nil && (d.UID == "" || !metav1.IsControlledBy(n, d)) {
+	if d.Name == "" {
+		// generateName: the name, and so the Network's, comes after
+		// admission. The controller lists it in the template then (one
+		// more rollout).
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	// The Network of an earlier Deployment of this name (deleted a moment
+	// ago, its Network not yet collected, or going) is no conflict: the
+	// new one follows it.
+	if n, err := a.Networks.Networks(d.Namespace).Get(d.Name); err == nil && n.DeletionTimestamp == nil && !deploynet.OfDeploymentNamed(n, d.Name) {
 		return webhook.Denied(http.StatusConflict, metav1.StatusReasonAlreadyExists,
 			fmt.Sprintf("metadata.annotations: Network %s/%s exists and is not this Deployment's: its pods would join it; name the Deployment otherwise or drop the annotation", d.Namespace, d.Name))
 	} else if err != nil && !apierrors.IsNotFound(err) {

@@ -47,7 +47,11 @@ func TestAdmit(t *testing.T) {
 		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrdv1.DeploymentNetworkCIDRAnnotation: "ten"}, denied: samplecrdv1.DeploymentNetworkCIDRAnnotation},
 		{name: "web", op: admissionv1.Create, annotations: auto, template: map[string]string{netselect.NetworksAnnotation: "bad name!"}, denied: "spec.template.metadata.annotations"},
 		{name: "taken", op: admissionv1.Create, annotations: auto, denied: "is not this Deployment's"},
-		{name: "owned", op: admissionv1.Create, annotations: auto, denied: "is not this Deployment's"},
+		// A Deployment of this name was deleted; its Network is not
+		// collected yet.
+		{name: "owned", op: admissionv1.Create, annotations: auto, want: "owned"},
+		// generateName: no name yet, nothing to add.
+		{name: "", op: admissionv1.Create, annotations: auto, template: map[string]string{netselect.NetworksAnnotation: "other"}, want: "other"},
 		{name: "owned", op: admissionv1.Update, uid: "d1", annotations: auto, want: "owned"},
 	} {
 		// The API server sets the UID after mutating admission of a create.

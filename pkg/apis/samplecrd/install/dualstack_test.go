@@ -47,6 +47,9 @@ func TestV1ClientKeepsSecondFamily(t *testing.T) {
 	if err := scheme.Convert(v1, back, nil); err != nil {
 		t.Fatal(err)
 	}
+	if v1.Annotations[samplecrdv1.SpecFamiliesAnnotation] == "" {
+		t.Error("converting to the hub took the annotation out of the v1 object itself")
+	}
 	after := &samplecrdv2.Network{}
 	if err := scheme.Convert(back, after, nil); err != nil {
 		t.Fatal(err)
