@@ -105,30 +105,17 @@ func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interf
 	if err != nil {
 		return nil, fmt.Errorf("adding At event handler: %w", err)
 	}
+	enqueueAt := c.EnqueueController(cnatv1alpha1.SchemeGroupVersion.WithKind("At"))
 	podsHandled, err := pods.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueOwner,
-		UpdateFunc: func(_, newObj any) { c.enqueueOwner(newObj) },
-		DeleteFunc: c.enqueueOwner,
+		AddFunc:    enqueueAt,
+		UpdateFunc: func(_, newObj any) { enqueueAt(newObj) },
+		DeleteFunc: enqueueAt,
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
 	}
 	c.WaitFor(atsHandled.HasSyncedChecker(), podsHandled.HasSyncedChecker())
 	return c, nil
-}
-
-// enqueueOwner enqueues the At that owns a pod, if one does.
-func (c *Controller) enqueueOwner(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "At" && ref.APIVersion == cnatv1alpha1.SchemeGroupVersion.String() {
-		c.Add(cache.ObjectName{Namespace: pod.Namespace, Name: ref.Name})
-	}
 }
 
 // sync moves an At along: it waits for the schedule, makes the pod, and

@@ -109,19 +109,10 @@ func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interf
 // networkChanged enqueues the Deployment that owns a Network; a Network
 // in the cache needs no pending cidr in the pool any more.
 func (c *Controller) networkChanged(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
+	if name, ok := runner.ControllerOf(obj, appsv1.SchemeGroupVersion.WithKind("Deployment")); ok {
+		c.pool.Release(name.Namespace + "/" + name.Name)
+		c.Add(name)
 	}
-	n, ok := obj.(*samplecrdv1.Network)
-	if !ok {
-		return
-	}
-	ref := metav1.GetControllerOf(n)
-	if ref == nil || ref.Kind != "Deployment" || ref.APIVersion != appsv1.SchemeGroupVersion.String() {
-		return
-	}
-	c.pool.Release(n.Namespace + "/" + ref.Name)
-	c.Add(cache.ObjectName{Namespace: n.Namespace, Name: ref.Name})
 }
 
 // sync gives an annotated Deployment its Network and lists the Network in

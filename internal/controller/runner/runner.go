@@ -23,6 +23,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -122,6 +124,35 @@ func (c *Controller) Enqueue(obj any) {
 		return
 	}
 	c.queue.Add(name)
+}
+
+// ControllerOf is the name of the controller of obj (which may be a
+// tombstone of a deleted object) if that controller is of kind gvk: the
+// object to enqueue when something it owns changes.
+func ControllerOf(obj any, gvk schema.GroupVersionKind) (cache.ObjectName, bool) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	owned, err := meta.Accessor(obj)
+	if err != nil {
+		return cache.ObjectName{}, false
+	}
+	for _, ref := range owned.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == gvk.Kind && ref.APIVersion == gvk.GroupVersion().String() {
+			return cache.ObjectName{Namespace: owned.GetNamespace(), Name: ref.Name}, true
+		}
+	}
+	return cache.ObjectName{}, false
+}
+
+// EnqueueController returns an event handler that adds the name of the
+// object's controller of kind gvk, if it has one.
+func (c *Controller) EnqueueController(gvk schema.GroupVersionKind) func(obj any) {
+	return func(obj any) {
+		if name, ok := ControllerOf(obj, gvk); ok {
+			c.queue.Add(name)
+		}
+	}
 }
 
 // Add adds a name.

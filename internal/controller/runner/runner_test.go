@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
@@ -162,3 +164,23 @@ type doneChecker chan struct{}
 
 func (d doneChecker) Name() string          { return "test" }
 func (d doneChecker) Done() <-chan struct{} { return d }
+
+// The controller of an object, or of a deleted one's tombstone, of the
+// asked kind only.
+func TestControllerOf(t *testing.T) {
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner", Namespace: "ns", UID: "u"}}
+	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	owned := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "other"}, *metav1.NewControllerRef(owner, gvk)}}}
+	for _, obj := range []any{owned, cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: owned}} {
+		if name, ok := ControllerOf(obj, gvk); !ok || name != (cache.ObjectName{Namespace: "ns", Name: "owner"}) {
+			t.Errorf("ControllerOf(%T) = %v, %v", obj, name, ok)
+		}
+	}
+	if _, ok := ControllerOf(owned, corev1.SchemeGroupVersion.WithKind("Secret")); ok {
+		t.Error("a reference that is not the controller counted")
+	}
+	if _, ok := ControllerOf("not an object", gvk); ok {
+		t.Error("a string has a controller")
+	}
+}
