@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -47,7 +48,15 @@ type CNIInstall struct {
 	// TokenLifetime is how long each token is requested for.
 	TokenLifetime time.Duration
 	Kube          kubernetes.Interface
+
+	// installed is set once the plugin and its first token are in place.
+	installed atomic.Bool
 }
+
+// Installed reports whether the plugin, its kubeconfig and a token are in
+// place: before that, pods on the node cannot be attached, and the agent
+// is not ready.
+func (c *CNIInstall) Installed() bool { return c.installed.Load() }
 
 // TokenPath is the file holding the plugin's current token, which the
 // kubeconfig names.
@@ -71,6 +80,7 @@ func (c *CNIInstall) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.installed.Store(true)
 	logger.Info("Installed the CNI plugin and its credentials", "serviceAccount", c.Namespace+"/"+c.ServiceAccount, "tokenExpires", expires)
 	for {
 		// Renewed at 80% of its life, as the kubelet renews projected

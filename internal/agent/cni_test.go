@@ -45,6 +45,9 @@ func TestCNIInstallRenewsTokens(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
+	if c.Installed() {
+		t.Fatal("installed before Run")
+	}
 	go func() { done <- c.Run(ctx) }()
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -53,6 +56,9 @@ func TestCNIInstallRenewsTokens(t *testing.T) {
 			t.Fatalf("%d tokens issued in 10 s of 1 s tokens, want at least 3", issued.Load())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if !c.Installed() {
+		t.Error("not installed after three tokens")
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -3,8 +3,10 @@ package operator
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/netop-dev/netop/internal/agent"
 	"github.com/netop-dev/netop/internal/metrics"
 )
 
@@ -37,5 +39,17 @@ func TestMetricsHandler(t *testing.T) {
 				t.Errorf("profiling=%v: %s = %d, want %d", profiling, path, code, want)
 			}
 		}
+	}
+}
+
+// An agent that installs the CNI plugin is ready only once it is in place:
+// before, pods on its node cannot be attached.
+func TestReadyzWaitsForCNIInstall(t *testing.T) {
+	op := &Operator{opts: &Options{}, metrics: metrics.New(), cni: &agent.CNIInstall{}}
+	op.synced.Store(true)
+	rec := httptest.NewRecorder()
+	op.metricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "CNI plugin") {
+		t.Errorf("/readyz before the install: %d %q, want 503 naming the CNI plugin", rec.Code, rec.Body.String())
 	}
 }

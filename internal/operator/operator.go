@@ -676,7 +676,8 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 }
 
 // metricsHandler serves /metrics, /healthz, /readyz (ready once the caches
-// are synced) and, with --profiling, /debug/pprof/.
+// are synced and, for an agent with --install-cni, the CNI plugin is in
+// place) and, with --profiling, /debug/pprof/.
 func (op *Operator) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", op.metrics.Handler())
@@ -684,6 +685,10 @@ func (op *Operator) metricsHandler() http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !op.synced.Load() {
 			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		if op.cni != nil && !op.cni.Installed() {
+			http.Error(w, "the CNI plugin is not installed yet", http.StatusServiceUnavailable)
 			return
 		}
 		// Every replica is ready (each serves the webhooks); the body says
