@@ -191,7 +191,9 @@ func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
 // the Deployment names one.
 func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr netip.Prefix) error {
 	owner := d.Namespace + "/" + d.Name
-	if !cidr.IsValid() {
+	if cidr.IsValid() {
+		c.pool.Reserve(owner, cidr)
+	} else {
 		var err error
 		if cidr, err = c.pool.Allocate(owner, c.taken); err != nil {
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonPoolExhausted, "No Network for this Deployment: %v", err)

@@ -87,6 +87,14 @@ func (p *Pool) Allocate(owner string, taken func() ([]netip.Prefix, error)) (net
 	return netip.Prefix{}, fmt.Errorf("pool %s: %w of /%d", p.Range, ErrExhausted, p.PrefixLength)
 }
 
+// Reserve records that owner takes cidr, named rather than handed out,
+// so that no allocation hands it out before its Network is in the cache.
+func (p *Pool) Reserve(owner string, cidr netip.Prefix) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending[owner] = cidr.Masked()
+}
+
 // Release forgets what owner was handed out: it is in the cache now, or
 // was never used.
 func (p *Pool) Release(owner string) {

@@ -27,6 +27,15 @@ func TestPool(t *testing.T) {
 	if _, err := p.Allocate("more", taken); !errors.Is(err, ErrExhausted) {
 		t.Errorf("a full pool gave %v", err)
 	}
+	// A cidr a Deployment names is not handed out while its Network is
+	// on its way to the cache.
+	p.Release("10.30.3.0/24")
+	p.Reserve("named", netip.MustParsePrefix("10.30.3.0/24"))
+	if _, err := p.Allocate("more", taken); !errors.Is(err, ErrExhausted) {
+		t.Errorf("a reserved cidr was handed out: %v", err)
+	}
+	p.Release("named")
+	p.Reserve("10.30.3.0/24", netip.MustParsePrefix("10.30.3.0/24"))
 	// Released (the Network is in the cache, and so in taken, or went).
 	p.Release("10.30.2.0/24")
 	if got, err := p.Allocate("more", taken); err != nil || got.String() != "10.30.2.0/24" {
