@@ -205,40 +205,37 @@ func StatusAnnotationValue(statuses []Status) (string, error) {
 	return string(data), nil
 }
 
-// WithNetwork returns the annotation of a pod in podNamespace with the
-// Network namespace/name added, in the annotation's own form (the short
+// WithNetwork returns the annotation of a pod in namespace with that
+// namespace's Network name added, in the annotation's own form (the short
 // list or the JSON list), and whether it had to be added.
-func WithNetwork(annotation, podNamespace, namespace, name string) (string, bool, error) {
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return "", false, fmt.Errorf("network name %q: %s", name, strings.Join(errs, "; "))
-	}
-	selections, err := Parse(annotation, podNamespace)
+func WithNetwork(annotation, namespace, name string) (string, bool, error) {
+	selections, err := Parse(annotation, namespace)
 	if err != nil {
+		return "", false, err
+	}
+	added := element{Name: name, Namespace: namespace}
+	if _, err := added.selection(len(selections), namespace); err != nil {
 		return "", false, err
 	}
 	if slices.ContainsFunc(selections, func(s Selection) bool { return s.Namespace == namespace && s.Name == name }) {
 		return annotation, false, nil
 	}
-	ref := name
-	if namespace != podNamespace {
-		ref = namespace + "/" + name
-	}
 	annotation = strings.TrimSpace(annotation)
 	switch {
 	case annotation == "":
-		return ref, true, nil
+		return name, true, nil
 	case strings.HasPrefix(annotation, "["):
 		var elements []json.RawMessage
 		if err := json.Unmarshal([]byte(annotation), &elements); err != nil {
 			return "", false, fmt.Errorf("%s: not a JSON list of networks: %w", NetworksAnnotation, err)
 		}
-		added, err := json.Marshal(element{Name: name, Namespace: namespace})
+		element, err := json.Marshal(added)
 		if err != nil {
 			return "", false, err
 		}
-		out, err := json.Marshal(append(elements, added))
+		out, err := json.Marshal(append(elements, element))
 		return string(out), true, err
 	default:
-		return annotation + "," + ref, true, nil
+		return annotation + "," + name, true, nil
 	}
 }

@@ -83,7 +83,7 @@ func TestWithNetwork(t *testing.T) {
 		{`[{"name":"other"}]`, `[{"name":"other"},{"name":"web","namespace":"default"}]`, true},
 		{`[{"name":"web","interface":"eth3"}]`, `[{"name":"web","interface":"eth3"}]`, false},
 	} {
-		got, added, err := WithNetwork(tc.have, "default", "default", "web")
+		got, added, err := WithNetwork(tc.have, "default", "web")
 		if err != nil || got != tc.want || added != tc.added {
 			t.Errorf("WithNetwork(%q) = %q, %v, %v; want %q, %v", tc.have, got, added, err, tc.want, tc.added)
 		}
@@ -91,10 +91,10 @@ func TestWithNetwork(t *testing.T) {
 			t.Errorf("WithNetwork(%q) = %q, which does not parse: %v", tc.have, got, err)
 		}
 	}
-	if _, _, err := WithNetwork("bad name!", "default", "default", "web"); err == nil {
+	if _, _, err := WithNetwork("bad name!", "default", "web"); err == nil {
 		t.Error("WithNetwork accepted an annotation that does not parse")
 	}
-	if got, _, err := WithNetwork("other", "default", "default", ""); err == nil {
+	if got, _, err := WithNetwork("other", "default", ""); err == nil {
 		t.Errorf("WithNetwork added a Network without a name: %q", got)
 	}
 }

@@ -222,19 +222,8 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		return fail(err)
 	}
 
-	// A netop upgraded before its CRDs were applied still runs; Ats wait
-	// for a restart.
-	atsServed, err := kubeclient.Serves(kube.Discovery(), cnatv1alpha1.SchemeGroupVersion.WithResource("ats"))
-	if err != nil {
-		return fail(err)
-	}
-	if o.RunAts && !atsServed {
-		klog.FromContext(ctx).Info("Not running Ats: the API server does not serve them; apply netop's CRDs and restart", "resource", "ats."+cnatv1alpha1.GroupName)
-	}
-	if o.RunAts && atsServed {
-		op.ats, err = at.New(ctx, client, kube, op.factory.Cnat().V1alpha1().Ats(), op.pods.Core().V1().Pods(), recorder, op.metrics,
-			at.Options{Workers: o.Workers, Image: o.AtImage})
-		if err != nil {
+	if o.RunAts {
+		if op.ats, err = op.newAtController(ctx, client, kube, recorder); err != nil {
 			return fail(err)
 		}
 	}
@@ -403,6 +392,22 @@ func (op *Operator) removeNodeNetworks(ctx context.Context) error {
 // reportDelay coalesces an agent's report writes: a burst of Networks
 // costs one write.
 const reportDelay = time.Second
+
+// newAtController runs Ats where the API server serves them; nil
+// elsewhere: a netop upgraded before its CRDs were applied still runs, and
+// Ats wait for a restart.
+func (op *Operator) newAtController(ctx context.Context, client versioned.Interface, kube kubernetes.Interface, recorder record.EventRecorder) (*at.Controller, error) {
+	served, err := kubeclient.Serves(kube.Discovery(), cnatv1alpha1.SchemeGroupVersion.WithResource("ats"))
+	if err != nil {
+		return nil, err
+	}
+	if !served {
+		klog.FromContext(ctx).Info("Not running Ats: the API server does not serve them; apply netop's CRDs and restart", "resource", "ats."+cnatv1alpha1.GroupName)
+		return nil, nil
+	}
+	return at.New(ctx, client, kube, op.factory.Cnat().V1alpha1().Ats(), op.pods.Core().V1().Pods(), recorder, op.metrics,
+		at.Options{Workers: op.opts.Workers, Image: op.opts.AtImage})
+}
 
 // newNADController keeps a NetworkAttachmentDefinition per Network where
 // the cluster serves them (Multus is installed); nil elsewhere.

@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/controller/runner"
@@ -66,8 +65,6 @@ type Options struct {
 	Workers int
 	// Image runs the commands; it must have sh.
 	Image string
-	// Clock is the time Ats are scheduled by; nil is the real one.
-	Clock clock.WithDelayedExecution
 }
 
 // Controller runs Ats.
@@ -88,9 +85,6 @@ func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interf
 	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	if o.Image == "" {
 		o.Image = DefaultImage
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
 	}
 	c := &Controller{client: client, kube: kube, ats: ats.Lister(), pods: pods.Lister(), recorder: recorder, opts: o}
 	var err error
@@ -127,24 +121,17 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	at, err := c.ats.Ats(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		// The garbage collector deletes its pod; let it go.
-		pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
-		if err != nil || !ranBy(pod, name.Name, "") {
-			return nil //nolint:nilerr // no pod of the At
-		}
-		return c.release(ctx, pod)
+		return c.letGo(ctx, name, "")
 	}
-	if err != nil {
-		return err
-	}
-	pod, err := c.pod(ctx, at)
 	if err != nil {
 		return err
 	}
 	if at.DeletionTimestamp != nil || at.Status.Phase == cnatv1alpha1.PhaseDone {
-		if pod != nil && ranBy(pod, at.Name, at.UID) {
-			return c.release(ctx, pod)
-		}
-		return nil
+		return c.letGo(ctx, name, at.UID)
+	}
+	pod, err := c.pod(ctx, at)
+	if err != nil {
+		return err
 	}
 
 	if pod == nil {
@@ -162,7 +149,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			// is reported, and waits for a fix.
 			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: err.Error()}, corev1.EventTypeWarning, ReasonInvalidSchedule)
 		}
-		if wait := when.Sub(c.opts.Clock.Now()); wait > 0 {
+		if wait := time.Until(when); wait > 0 {
 			c.AddAfter(name, wait)
 			msg := "runs at " + when.UTC().Format(time.RFC3339)
 			return c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, "", "")
@@ -232,7 +219,7 @@ func (c *Controller) createPod(ctx context.Context, at *cnatv1alpha1.At) (*corev
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 		// Pod Security, a quota, a policy: said where the user looks,
 		// and retried with backoff, as the cause may go.
-		msg := fmt.Sprintf("the pod cannot be made: %s", apiMessage(err))
+		msg := fmt.Sprintf("the pod cannot be made: %v", err)
 		if serr := c.setStatus(ctx, at, cnatv1alpha1.AtStatus{Phase: cnatv1alpha1.PhasePending, Message: msg}, corev1.EventTypeWarning, ReasonPodRefused); serr != nil {
 			return nil, serr
 		}
@@ -246,6 +233,18 @@ func ranBy(pod *corev1.Pod, name string, uid types.UID) bool {
 	ref := metav1.GetControllerOf(pod)
 	return ref != nil && ref.Kind == "At" && ref.APIVersion == cnatv1alpha1.SchemeGroupVersion.String() &&
 		ref.Name == name && (uid == "" || ref.UID == uid) && slices.Contains(pod.Finalizers, Finalizer)
+}
+
+// letGo releases the cached pod of the At of that name (and UID, if
+// given) if it still carries Finalizer: the At is done or gone. A held pod
+// is in the cache (it cannot go while held), so no read of the API server
+// is needed, however often a done At is synced.
+func (c *Controller) letGo(ctx context.Context, name cache.ObjectName, uid types.UID) error {
+	pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
+	if err != nil || !ranBy(pod, name.Name, uid) {
+		return nil //nolint:nilerr // no pod of the At, or not held
+	}
+	return c.release(ctx, pod)
 }
 
 // release removes Finalizer from the pod: its end is recorded, or its At
@@ -264,14 +263,6 @@ func (c *Controller) release(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("removing the finalizer of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
-}
-
-// apiMessage is the message of an API error, without the error's prefix.
-func apiMessage(err error) string {
-	if status, ok := err.(apierrors.APIStatus); ok {
-		return status.Status().Message
-	}
-	return err.Error()
 }
 
 // pod is the pod of the At's name: from the cache, and when the cache has

@@ -109,8 +109,8 @@ func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interf
 // networkChanged enqueues the Deployment that owns a Network; a Network
 // in the cache needs no pending cidr in the pool any more.
 func (c *Controller) networkChanged(obj any) {
-	if name, ok := runner.ControllerOf(obj, appsv1.SchemeGroupVersion.WithKind("Deployment")); ok {
-		c.pool.Release(name.Namespace + "/" + name.Name)
+	if name, ok := runner.ControllerOf(obj, deploymentKind); ok {
+		c.pool.Release(name.String())
 		c.Add(name)
 	}
 }
@@ -164,9 +164,12 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 // OfDeploymentNamed says whether a Network is the one of a Deployment of
 // that name (its controller), whatever that Deployment's UID.
 func OfDeploymentNamed(n *samplecrdv1.Network, name string) bool {
-	ref := metav1.GetControllerOf(n)
-	return ref != nil && ref.Kind == "Deployment" && ref.APIVersion == appsv1.SchemeGroupVersion.String() && ref.Name == name
+	owner, ok := runner.ControllerOf(n, deploymentKind)
+	return ok && owner.Name == name
 }
+
+// deploymentKind is the kind of the Networks' owners.
+var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
 
 // Wanted reads a Deployment's annotations: whether it asks for a Network,
 // and the cidr it names (invalid for one from the pool).
@@ -190,7 +193,7 @@ func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
 // create makes the Deployment's Network, with a cidr from the pool unless
 // the Deployment names one.
 func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr netip.Prefix) error {
-	owner := d.Namespace + "/" + d.Name
+	owner := cache.MetaObjectToName(d).String()
 	if cidr.IsValid() {
 		c.pool.Reserve(owner, cidr)
 	} else {
@@ -204,7 +207,7 @@ func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr neti
 		ObjectMeta: metav1.ObjectMeta{
 			Name: d.Name, Namespace: d.Namespace,
 			Labels:          map[string]string{Label: d.Name, "app.kubernetes.io/managed-by": "netop"},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("Deployment"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, deploymentKind)},
 		},
 		Spec: samplecrdv1.NetworkSpec{CIDR: cidr.String()},
 	}
@@ -215,7 +218,7 @@ func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr neti
 			return err // the cache is behind; the retry reads it
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s with cidr %s refused: %v", d.Name, cidr, apiMessage(err))
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s with cidr %s refused: %v", d.Name, cidr, err)
 		}
 		return fmt.Errorf("creating Network %s/%s: %w", d.Namespace, d.Name, err)
 	}
@@ -249,7 +252,7 @@ func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *sa
 	n.Spec.CIDR, n.Spec.Gateway = cidr.String(), ""
 	if _, err := c.client.SamplecrdV1().Networks(n.Namespace).Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s cannot move to %s: %v", n.Name, cidr, apiMessage(err))
+			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s cannot move to %s: %v", n.Name, cidr, err)
 		}
 		return fmt.Errorf("updating Network %s/%s: %w", n.Namespace, n.Name, err)
 	}
@@ -257,11 +260,17 @@ func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *sa
 	return nil
 }
 
+// TemplateNetworks is the pod template's Multus annotation with the
+// Deployment's Network listed, and whether it had to be added.
+func TemplateNetworks(d *appsv1.Deployment) (string, bool, error) {
+	return netselect.WithNetwork(d.Spec.Template.Annotations[netselect.NetworksAnnotation], d.Namespace, d.Name)
+}
+
 // attachTemplate lists the Network in the pod template's Multus
 // annotation, where admission did not (the webhook was down, or the
 // Deployment predates netop): a rollout, so that the pods join it.
 func (c *Controller) attachTemplate(ctx context.Context, d *appsv1.Deployment) error {
-	annotation, added, err := netselect.WithNetwork(d.Spec.Template.Annotations[netselect.NetworksAnnotation], d.Namespace, d.Namespace, d.Name)
+	annotation, added, err := TemplateNetworks(d)
 	if err != nil {
 		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidAnnotation, "The pod template's %v; its pods cannot join Network %s", err, d.Name)
 		return nil
@@ -282,12 +291,4 @@ func (c *Controller) attachTemplate(ctx context.Context, d *appsv1.Deployment) e
 	}
 	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonTemplateAttached, "Pods join Network %s: added to the pod template's %s", d.Name, netselect.NetworksAnnotation)
 	return nil
-}
-
-// apiMessage is the message of an API error, without the error's prefix.
-func apiMessage(err error) string {
-	if status, ok := err.(apierrors.APIStatus); ok {
-		return status.Status().Message
-	}
-	return err.Error()
 }

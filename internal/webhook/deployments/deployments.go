@@ -68,7 +68,7 @@ func (a *Attacher) Admit(_ context.Context, req *admissionv1.AdmissionRequest) *
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return webhook.Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
 	}
-	annotation, added, err := netselect.WithNetwork(d.Spec.Template.Annotations[netselect.NetworksAnnotation], d.Namespace, d.Namespace, d.Name)
+	annotation, added, err := deploynet.TemplateNetworks(d)
 	if err != nil {
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "spec.template.metadata.annotations: "+err.Error())
 	}
