@@ -41,6 +41,9 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config, crds ...*apiextensionsv1.C
 	for _, crd := range crds {
 		crd.APIVersion = apiextensionsv1.SchemeGroupVersion.String()
 		crd.Kind = "CustomResourceDefinition"
+		if err := keepConversionWebhook(ctx, client, crd); err != nil {
+			return err
+		}
 		if _, err := ssa.Apply(ctx, client.ApiextensionsV1().CustomResourceDefinitions(), crd.Name, crd); err != nil {
 			return fmt.Errorf("CRD: %w", err)
 		}
@@ -48,6 +51,30 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config, crds ...*apiextensionsv1.C
 			return err
 		}
 		klog.FromContext(ctx).V(1).Info("CRD established", "crd", crd.Name)
+	}
+	return nil
+}
+
+// keepConversionWebhook leaves the conversion webhook of an installed CRD
+// as it is: the operator points it at its own target (a URL in the
+// standalone, where the manifest names the Service of a cluster
+// deployment) with its CA, and an apply of the manifest's would undo
+// that. A new CRD, or one without a webhook yet, gets the manifest's, so
+// that a version that needs the webhook fails clearly until the operator
+// serves it rather than being read unconverted.
+func keepConversionWebhook(ctx context.Context, client apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	if crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy != apiextensionsv1.WebhookConverter {
+		return nil
+	}
+	installed, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("CRD %s: %w", crd.Name, err)
+	}
+	if installed.Spec.Conversion != nil && installed.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter {
+		crd.Spec.Conversion = installed.Spec.Conversion.DeepCopy()
 	}
 	return nil
 }

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/pki"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/conversion"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
 )
@@ -30,6 +33,7 @@ import (
 type admission struct {
 	opts     *Options
 	kube     kubernetes.Interface
+	crds     apiextensionsclient.Interface
 	certs    *webhook.CertManager
 	server   *webhook.Server
 	webhooks webhook.Set
@@ -40,9 +44,13 @@ type admission struct {
 
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
-func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
+func newAdmission(ctx context.Context, o *Options, cfg *rest.Config, kube kubernetes.Interface,
 	templates kubeinformers.SharedInformerFactory, networkInformer cache.SharedIndexInformer, addresses networks.AddressHolders,
 	recorder record.EventRecorder, m *metrics.Metrics) (*admission, error) {
+	crds, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("apiextensions client: %w", err)
+	}
 	l, err := net.Listen("tcp", o.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-addr: %w", err)
@@ -58,7 +66,7 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 	if o.WebhookCertDir != "" {
 		store = webhook.FileStore{Dir: o.WebhookCertDir}
 	}
-	a := &admission{opts: o, kube: kube, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs()}
+	a := &admission{opts: o, kube: kube, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs()}
 	if err := a.cidrs.Watch(networkInformer); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("watching Networks for the overlap check: %w", err)
@@ -82,6 +90,7 @@ func newAdmission(ctx context.Context, o *Options, kube kubernetes.Interface,
 		deploymentNetworks:       o.DeploymentNetworks,
 	})
 	a.server.Mount(ctx, a.webhooks)
+	a.server.HandleHTTP(PathConvert, conversion.Converter{Scheme: scheme}.Handler(ctx))
 	return a, nil
 }
 
@@ -122,12 +131,15 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 		target = webhook.Target{URL: "https://" + a.listener.Addr().String()}
 	}
 	register := func(ctx context.Context, caBundle []byte) error {
-		return webhook.Register(ctx, a.kube, a.webhooks, target, caBundle)
+		if err := webhook.Register(ctx, a.kube, a.webhooks, target, caBundle); err != nil {
+			return err
+		}
+		return webhook.RegisterConversion(ctx, a.crds, NetworkCRD, target, PathConvert, caBundle)
 	}
 	if err := register(ctx, a.certs.CABundle()); err != nil {
 		return stopped(ctx, err)
 	}
-	klog.FromContext(ctx).Info("Admission webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
+	klog.FromContext(ctx).Info("Admission and conversion webhooks registered", "target", target.URL, "service", a.opts.WebhookService)
 	wg.StartWithContext(ctx, func(ctx context.Context) { a.certs.RenewLoop(ctx, time.Hour, register) })
 	return <-errc
 }

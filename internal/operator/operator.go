@@ -52,6 +52,7 @@ import (
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/version"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -63,7 +64,9 @@ var scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(samplecrdv1.AddToScheme(scheme))
+	// Network's hub and every served version, with their conversions:
+	// the conversion webhook converts through them.
+	samplecrdinstall.Install(scheme)
 	utilruntime.Must(cnatv1alpha1.AddToScheme(scheme))
 }
 
@@ -253,7 +256,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, kube, op.templates, op.factory.Samplecrd().V1().Networks().Informer(), op.podnet, recorder, op.metrics)
+		op.admission, err = newAdmission(ctx, o, cfg, kube, op.templates, op.factory.Samplecrd().V1().Networks().Informer(), op.podnet, recorder, op.metrics)
 		if err != nil {
 			return fail(err)
 		}

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"fmt"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -21,6 +23,9 @@ import (
 // WebhookConfigurationName names both of netop's webhook configurations.
 const WebhookConfigurationName = "netop"
 
+// NetworkCRD is the CRD whose conversion webhook netop serves.
+const NetworkCRD = "networks." + samplecrdv1.GroupName
+
 // Paths the webhook server serves.
 const (
 	PathValidateNetwork = "/validate-network"
@@ -32,6 +37,8 @@ const (
 	// PathInjectEnvoyWorkloads serves the webhook for the pod templates of
 	// annotated workloads.
 	PathInjectEnvoyWorkloads = "/inject-envoy-workloads"
+	// PathConvert serves the Network CRD's conversion webhook.
+	PathConvert = "/convert"
 	// PathDeploymentNetwork serves the webhook that lists a Deployment's
 	// own Network in its pod template.
 	PathDeploymentNetwork = "/deployment-network"
@@ -117,9 +124,16 @@ func webhooks(d webhookDeps) webhook.Set {
 	// no call. CEL compares the spec maps key by key, deeply. has() keeps
 	// the condition from failing (and the failurePolicy from applying) on a
 	// spec missing from an update: the webhook, then the schema, answer.
+	// The annotation that holds the families v1 lacks is part of the spec:
+	// a v2 client's change to the second family changes it alone.
+	families := func(o string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata.annotations) && %[2]q in %[1]s.metadata.annotations ? %[1]s.metadata.annotations[%[2]q] : '')",
+			o, samplecrdv1.SpecFamiliesAnnotation)
+	}
 	specChanged := []admissionregistrationv1.MatchCondition{{
-		Name:       "spec-changed",
-		Expression: "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec",
+		Name: "spec-changed",
+		Expression: "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec || " +
+			families("object") + " != " + families("oldObject"),
 	}}
 	workloadRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},

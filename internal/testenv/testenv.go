@@ -10,6 +10,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -194,6 +195,29 @@ func RunOperator(t testing.TB, ctx context.Context, op interface{ Run(context.Co
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Table gets the resource at path as the API server's Table, as kubectl
+// get shows it: the names of the columns kubectl shows by default, in
+// upper case and space-separated, and the rows.
+func (e *Env) Table(t testing.TB, path string) (columns string, rows []metav1.TableRow) {
+	t.Helper()
+	raw, err := e.Kube.Discovery().RESTClient().Get().AbsPath(path).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("table of %s: %v", path, err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatalf("table of %s: %v", path, err)
+	}
+	var names []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			names = append(names, strings.ToUpper(c.Name))
+		}
+	}
+	return strings.Join(names, " "), table.Rows
 }
 
 // WaitReady waits until the Network's Ready condition has the status and

@@ -2,12 +2,16 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -194,4 +198,36 @@ func optional[T comparable](v T) *T {
 		return nil
 	}
 	return &v
+}
+
+// ConversionFieldManager is the field manager of the conversion webhooks
+// netop sets on its CRDs.
+const ConversionFieldManager = "netop-conversion"
+
+// RegisterConversion makes the API server convert the objects of the CRD
+// named crd with the webhook at path of target: strategy Webhook,
+// ConversionReviews of apiextensions.k8s.io/v1. It is a merge patch, not
+// an apply: the client configuration is replaced whole (a URL where the
+// manifest names a Service, in the standalone), and netop's applies of the
+// CRD itself, which leave spec.conversion out, never remove it.
+func RegisterConversion(ctx context.Context, client apiextensionsclient.Interface, crd string, target Target, path string, caBundle []byte) error {
+	cc := target.client(path, caBundle)
+	clientConfig := map[string]any{"caBundle": cc.CABundle, "url": cc.URL, "service": nil}
+	if cc.Service != nil {
+		clientConfig["url"] = nil
+		clientConfig["service"] = apiextensionsv1.ServiceReference{Namespace: cc.Service.Namespace, Name: cc.Service.Name, Path: cc.Service.Path, Port: cc.Service.Port}
+	}
+	patch := map[string]any{"spec": map[string]any{"conversion": map[string]any{
+		"strategy": apiextensionsv1.WebhookConverter,
+		"webhook":  map[string]any{"clientConfig": clientConfig, "conversionReviewVersions": []string{"v1"}},
+	}}}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: ConversionFieldManager}); err != nil {
+		return fmt.Errorf("registering the conversion webhook of CRD %s: %w", crd, err)
+	}
+	return nil
 }

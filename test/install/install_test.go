@@ -91,6 +91,11 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 		{false, "delete", reg, vwc, "", "another"},
 		{false, "create", reg, mwc, "", ""},
 		{false, "list", reg, vwc, "", ""},
+		// The Network CRD's conversion webhook, and no other CRD.
+		{true, "patch", "apiextensions.k8s.io", "customresourcedefinitions", "", "networks.samplecrd.k8s.io"},
+		{false, "patch", "apiextensions.k8s.io", "customresourcedefinitions", "", "ats.cnat.programming-kubernetes.info"},
+		{false, "update", "apiextensions.k8s.io", "customresourcedefinitions", "", "networks.samplecrd.k8s.io"},
+		{false, "delete", "apiextensions.k8s.io", "customresourcedefinitions", "", "networks.samplecrd.k8s.io"},
 		// Envoy templates by name, in any namespace.
 		{true, "get", "", "configmaps", "default", "envoy-initializer"},
 		{true, "list", "", "configmaps", "", "envoy-initializer"}, // the informer's metadata.name field selector

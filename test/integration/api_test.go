@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/testenv"
@@ -222,34 +221,12 @@ func TestPrinterColumnsAndShortName(t *testing.T) {
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("n", "10.1.0.0/16", "10.1.0.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.AcceptContentTypes = "application/json;as=Table;v=v1;g=meta.k8s.io"
-	cfg.GroupVersion = &samplecrdv1.SchemeGroupVersion
-	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = netopscheme.Codecs.WithoutConversion()
-	client, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
+	columns, rows := env.Table(t, "/apis/samplecrd.k8s.io/v1/namespaces/"+ns+"/networks")
+	if want := "NAME CIDR GATEWAY READY NODES ALLOCATED AGE"; columns != want {
+		t.Fatalf("columns = %q, want %q", columns, want)
 	}
-	raw, err := client.Get().Namespace(ns).Resource("networks").SetHeader("Accept", cfg.AcceptContentTypes).DoRaw(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table metav1.Table
-	if err := json.Unmarshal(raw, &table); err != nil {
-		t.Fatal(err)
-	}
-	var columns []string
-	for _, c := range table.ColumnDefinitions {
-		if c.Priority == 0 {
-			columns = append(columns, strings.ToUpper(c.Name))
-		}
-	}
-	if got, want := strings.Join(columns, " "), "NAME CIDR GATEWAY READY NODES ALLOCATED AGE"; got != want {
-		t.Fatalf("columns = %q, want %q", got, want)
-	}
-	if len(table.Rows) != 1 || table.Rows[0].Cells[1] != "10.1.0.0/16" || table.Rows[0].Cells[2] != "10.1.0.1" {
-		t.Fatalf("rows = %+v", table.Rows)
+	if len(rows) != 1 || rows[0].Cells[1] != "10.1.0.0/16" || rows[0].Cells[2] != "10.1.0.1" {
+		t.Fatalf("rows = %+v", rows)
 	}
 
 	resources, err := env.Kube.Discovery().ServerResourcesForGroupVersion(samplecrdv1.SchemeGroupVersion.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -73,11 +74,16 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if req.Operation == admissionv1.Update {
 		// Metadata changes (the controller removing its finalizer) must
 		// never be blocked by a spec that an older rule let in.
-		if old := a.decodeOld(req); n.DeletionTimestamp != nil || old != nil && old.Spec == n.Spec {
+		if old := a.decodeOld(req); n.DeletionTimestamp != nil || old != nil && old.Spec == n.Spec &&
+			old.Annotations[samplecrdv1.SpecFamiliesAnnotation] == n.Annotations[samplecrdv1.SpecFamiliesAnnotation] {
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		}
 	}
-	resolved, errs := a.Resolver.Resolve(n.Spec)
+	errs := oneFamily(n)
+	var resolved netspec.Resolved
+	if len(errs) == 0 {
+		resolved, errs = a.Resolver.Resolve(n.Spec)
+	}
 	if len(errs) == 0 {
 		errs = a.overlaps(n, resolved)
 	}
@@ -90,6 +96,25 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, resolved)}
+}
+
+// oneFamily refuses a second address family, which a v2 client asks for
+// in spec.cidrs and spec.gateways and a v1 Network carries in its
+// spec-families annotation: the controller and the backends build one
+// family per Network so far.
+func oneFamily(n *samplecrdv1.Network) field.ErrorList {
+	hub := &samplecrd.Network{}
+	if err := samplecrdv1.Convert_v1_Network_To_samplecrd_Network(n, hub, nil); err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	}
+	const reason = "dual-stack Networks (a second address family) are not supported yet: give one"
+	switch {
+	case len(hub.Spec.CIDRs) > 1:
+		return field.ErrorList{field.Forbidden(field.NewPath("spec", "cidrs"), reason+" cidr")}
+	case len(hub.Spec.Gateways) > 1:
+		return field.ErrorList{field.Forbidden(field.NewPath("spec", "gateways"), reason+" gateway")}
+	}
+	return nil
 }
 
 // overlaps finds another Network, in any namespace, whose cidr overlaps.

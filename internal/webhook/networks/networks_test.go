@@ -227,3 +227,40 @@ func TestWarnings(t *testing.T) {
 		}
 	}
 }
+
+// A second family is refused until the controller builds it, whether a v2
+// client asked for it (the API server sends v1 with the families in the
+// annotation) or a v1 client wrote the annotation; so is an update that
+// adds it to an admitted Network without touching the v1 spec.
+func TestValidateRefusesASecondFamily(t *testing.T) {
+	a := admissionWith(t)
+	single := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.7.0.0/24", Gateway: "10.7.0.1"}}
+	withFamilies := func(value string) *samplecrdv1.Network {
+		n := single.DeepCopy()
+		n.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: value}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		n    *samplecrdv1.Network
+		want string
+	}{
+		{"two cidrs", withFamilies(`{"cidrs":["10.7.0.0/24","fd07::/64"]}`), "spec.cidrs: Forbidden: dual-stack Networks (a second address family) are not supported yet: give one cidr"},
+		{"two gateways", withFamilies(`{"gateways":["10.7.0.1","fd07::1"]}`), "spec.gateways: Forbidden"},
+	} {
+		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {
+			req := request(op, tc.n)
+			if op == admissionv1.Update {
+				req.OldObject = request(op, single).Object
+			}
+			if resp := a.Validate(context.Background(), req); resp.Allowed || !strings.Contains(resp.Result.Message, tc.want) {
+				t.Errorf("%s, %s: allowed=%v %v, want refused with %q", tc.name, op, resp.Allowed, resp.Result, tc.want)
+			}
+		}
+	}
+	// One family in the annotation (v1 writes none then, but a v2 object
+	// converted by an older netop might) is one family.
+	if resp := a.Validate(context.Background(), request(admissionv1.Create, withFamilies(`{"cidrs":["10.7.0.0/24"]}`))); !resp.Allowed {
+		t.Errorf("one family refused: %v", resp.Result)
+	}
+}

@@ -22,10 +22,12 @@ import (
 	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	v2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/cnat/v1alpha1"
 	internal "github.com/netop-dev/netop/pkg/generated/applyconfiguration/internal"
 	applyconfigurationnetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v2"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	managedfields "k8s.io/apimachinery/pkg/util/managedfields"
@@ -64,6 +66,20 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &samplecrdv1.NetworkSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkStatus"):
 		return &samplecrdv1.NetworkStatusApplyConfiguration{}
+
+		// Group=samplecrd.k8s.io, Version=v2
+	case v2.SchemeGroupVersion.WithKind("Network"):
+		return &samplecrdv2.NetworkApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkAddresses"):
+		return &samplecrdv2.NetworkAddressesApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkBackendStatus"):
+		return &samplecrdv2.NetworkBackendStatusApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkNodes"):
+		return &samplecrdv2.NetworkNodesApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkSpec"):
+		return &samplecrdv2.NetworkSpecApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkStatus"):
+		return &samplecrdv2.NetworkStatusApplyConfiguration{}
 
 	}
 	return nil

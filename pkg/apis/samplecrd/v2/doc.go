@@ -4,8 +4,9 @@
 // generated functions (zz_generated.conversion.go): its fields are the
 // hub's.
 //
-// It is not served yet: the CRD keeps v1 alone until the conversion
-// webhook serves both (controller-gen's skipversion on Network).
+// It is served beside v1, which stays the storage version (README,
+// "API versions"); the API server converts through netop's conversion
+// webhook.
 //
 // +k8s:deepcopy-gen=package
 // +k8s:conversion-gen=github.com/netop-dev/netop/pkg/apis/samplecrd

@@ -12,6 +12,11 @@ const GroupName = "samplecrd.k8s.io"
 // SchemeGroupVersion is the group and version of the objects in this package.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v2"}
 
+// Resource turns an unqualified resource name into a group-qualified one.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
+
 var (
 	// SchemeBuilder collects the functions that add this package's types,
 	// and their conversions to and from the hub, to a scheme.

@@ -8,8 +8,18 @@ import (
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:skipversion
 // +kubebuilder:resource:scope=Namespaced,shortName=net,categories=netop
+// +kubebuilder:printcolumn:name="CIDRs",type=string,JSONPath=`.spec.cidrs`,description="The address ranges of the network, one per family."
+// +kubebuilder:printcolumn:name="Gateways",type=string,JSONPath=`.spec.gateways`,description="The gateway addresses, in the order of the cidrs."
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes running netop's agent (R/T)."
+// +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.addresses.allocated`,description="Addresses held by pods."
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.addresses.available`,priority=1,description="Addresses left for pods."
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend.type`,priority=1
+// +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.status.backend.interface`,priority=1
+// +kubebuilder:printcolumn:name="VNI",type=integer,JSONPath=`.status.vni`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Network is an IP network of one or two address families that netop
 // creates and keeps in a backend: a Linux bridge carrying a gateway

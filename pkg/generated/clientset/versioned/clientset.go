@@ -25,6 +25,7 @@ import (
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v2"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -35,6 +36,7 @@ type Interface interface {
 	CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface
 	NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface
 	SamplecrdV1() samplecrdv1.SamplecrdV1Interface
+	SamplecrdV2() samplecrdv2.SamplecrdV2Interface
 }
 
 // Clientset contains the clients for groups.
@@ -43,6 +45,7 @@ type Clientset struct {
 	cnatV1alpha1  *cnatv1alpha1.CnatV1alpha1Client
 	netopV1alpha1 *netopv1alpha1.NetopV1alpha1Client
 	samplecrdV1   *samplecrdv1.SamplecrdV1Client
+	samplecrdV2   *samplecrdv2.SamplecrdV2Client
 }
 
 // CnatV1alpha1 retrieves the CnatV1alpha1Client
@@ -58,6 +61,11 @@ func (c *Clientset) NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface {
 // SamplecrdV1 retrieves the SamplecrdV1Client
 func (c *Clientset) SamplecrdV1() samplecrdv1.SamplecrdV1Interface {
 	return c.samplecrdV1
+}
+
+// SamplecrdV2 retrieves the SamplecrdV2Client
+func (c *Clientset) SamplecrdV2() samplecrdv2.SamplecrdV2Interface {
+	return c.samplecrdV2
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -116,6 +124,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.samplecrdV2, err = samplecrdv2.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -140,6 +152,7 @@ func New(c rest.Interface) *Clientset {
 	cs.cnatV1alpha1 = cnatv1alpha1.New(c)
 	cs.netopV1alpha1 = netopv1alpha1.New(c)
 	cs.samplecrdV1 = samplecrdv1.New(c)
+	cs.samplecrdV2 = samplecrdv2.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

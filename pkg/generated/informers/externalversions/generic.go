@@ -24,6 +24,7 @@ import (
 	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	v2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -65,6 +66,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("networks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Samplecrd().V1().Networks().Informer()}, nil
+
+		// Group=samplecrd.k8s.io, Version=v2
+	case v2.SchemeGroupVersion.WithResource("networks"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Samplecrd().V2().Networks().Informer()}, nil
 
 	}
 

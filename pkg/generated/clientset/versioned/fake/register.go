@@ -22,6 +22,7 @@ import (
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,6 +37,7 @@ var localSchemeBuilder = runtime.SchemeBuilder{
 	cnatv1alpha1.AddToScheme,
 	netopv1alpha1.AddToScheme,
 	samplecrdv1.AddToScheme,
+	samplecrdv2.AddToScheme,
 }
 
 // AddToScheme adds all types of this clientset into the given scheme. This allows composition

@@ -1,0 +1,248 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+)
+
+// The tutorial's v1 Network applies unchanged and reads back as v2 through
+// the conversion webhook that netop registered on the CRD: spec, defaulted
+// gateway and status alike. A v2 Network reads back as v1.
+func TestSeedNetworkReadsAsV2(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	seed := &samplecrdv1.Network{}
+	readExample(t, "network.yaml", seed)
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), seed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := env.WaitReady(t, ns, seed.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+
+	v2, err := env.Netop.SamplecrdV2().Networks(ns).Get(t.Context(), seed.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the seed's Network as v2: %v", err)
+	}
+	if v2.APIVersion != "" && v2.APIVersion != samplecrdv2.SchemeGroupVersion.String() {
+		t.Errorf("apiVersion %q", v2.APIVersion)
+	}
+	if !slices.Equal(v2.Spec.CIDRs, []string{"192.168.0.0/16"}) || !slices.Equal(v2.Spec.Gateways, []string{"192.168.0.1"}) {
+		t.Errorf("v2 spec = %+v, want cidrs [192.168.0.0/16], gateways [192.168.0.1]", v2.Spec)
+	}
+	if !slices.Equal(v2.Status.CIDRs, []string{ready.Status.CIDR}) || !slices.Equal(v2.Status.Gateways, []string{ready.Status.Gateway}) ||
+		v2.Status.Backend == nil || v2.Status.Backend.Interface != ready.Status.Backend.Interface || len(v2.Status.Conditions) != len(ready.Status.Conditions) {
+		t.Errorf("v2 status = %+v, want v1's %+v per family", v2.Status, ready.Status)
+	}
+	if _, ok := v2.Annotations[samplecrdv1.SpecFamiliesAnnotation]; ok {
+		t.Errorf("v2 carries v1's families annotation: %v", v2.Annotations)
+	}
+
+	created, err := env.Netop.SamplecrdV2().Networks(ns).Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "v2-single"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.121.0.0/24"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a v2 Network: %v", err)
+	}
+	if !slices.Equal(created.Spec.Gateways, []string{"10.121.0.1"}) {
+		t.Errorf("v2 create: gateways %v, want the default [10.121.0.1]", created.Spec.Gateways)
+	}
+	v1 := env.WaitReady(t, ns, "v2-single", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	if v1.Spec.CIDR != "10.121.0.0/24" || v1.Spec.Gateway != "10.121.0.1" || len(v1.Annotations) != 0 {
+		t.Errorf("the v2 Network read as v1: spec %+v, annotations %v", v1.Spec, v1.Annotations)
+	}
+}
+
+// Until the controller builds them, dual-stack Networks are refused at
+// admission, naming the field, whether a v2 client asks for a second family
+// on create or adds it by an update (which leaves v1's spec unchanged) or a
+// v1 client writes the annotation that keeps it.
+func TestDualStackIsRefusedNamingTheField(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	networks := env.Netop.SamplecrdV2().Networks(ns)
+	const want = "spec.cidrs: Forbidden: dual-stack Networks (a second address family) are not supported yet"
+	_, err := networks.Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.122.0.0/24", "fd00:122::/64"}},
+	}, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("dual-stack create: %v, want refused with %q", err, want)
+	}
+
+	if _, err := networks.Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "single"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.122.0.0/24"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := `{"spec":{"cidrs":["10.122.0.0/24","fd00:122::/64"]}}`
+	if _, err := networks.Patch(t.Context(), "single", types.MergePatchType, []byte(second), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("adding a second family by a v2 update: %v, want refused with %q", err, want)
+	}
+	patch := `{"metadata":{"annotations":{"` + samplecrdv1.SpecFamiliesAnnotation + `":"{\"cidrs\":[\"10.122.0.0/24\",\"fd00:122::/64\"]}"}}}`
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Patch(t.Context(), "single", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a v1 client writing the families annotation: %v, want refused with %q", err, want)
+	}
+	got, err := networks.Get(t.Context(), "single", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Spec.CIDRs, []string{"10.122.0.0/24"}) {
+		t.Errorf("after the refusals: cidrs %v", got.Spec.CIDRs)
+	}
+}
+
+// With the conversion webhook unreachable, reading or writing Networks in
+// the version that needs it fails with an error that says so, the storage
+// version still works, and nothing is lost: once the webhook is back, v2
+// reads what was written meanwhile.
+func TestConversionWebhookDownIsAClearError(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	crds := apiextensionsclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions()
+	crd, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := crd.Spec.Conversion
+	if conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil ||
+		conv.Webhook.ClientConfig.URL == nil || !strings.HasSuffix(*conv.Webhook.ClientConfig.URL, operator.PathConvert) || len(conv.Webhook.ClientConfig.CABundle) == 0 {
+		t.Fatalf("the CRD's conversion is %+v, want netop's webhook with its CA", conv)
+	}
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("kept", "10.123.0.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "https://" + l.Addr().String() + operator.PathConvert
+	_ = l.Close()
+	setURL := func(url string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"spec": map[string]any{"conversion": map[string]any{"webhook": map[string]any{"clientConfig": map[string]any{"url": url}}}}})
+		// Not t.Context(): the cleanup restores it too, after the test.
+		if _, err := crds.Patch(context.Background(), operator.NetworkCRD, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setURL(dead)
+	t.Cleanup(func() { setURL(*conv.Webhook.ClientConfig.URL) })
+
+	// The API server picks the CRD change up asynchronously: poll until a
+	// v2 read fails.
+	var v2Err error
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, v2Err = env.Netop.SamplecrdV2().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
+		return v2Err != nil, "v2 reads still work with the conversion webhook down"
+	})
+	if !strings.Contains(v2Err.Error(), "conversion webhook") {
+		t.Errorf("v2 read with the webhook down: %q, want an error naming the conversion webhook", v2Err)
+	}
+	kept, err := env.Netop.SamplecrdV1().Networks(ns).Get(t.Context(), "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("v1, the storage version, must not need the webhook: %v", err)
+	}
+	kept.Labels = map[string]string{"written": "while-down"}
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Update(t.Context(), kept, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("v1 update with the conversion webhook down: %v", err)
+	}
+	if _, err := env.Netop.SamplecrdV2().Networks(ns).Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "refused"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.124.0.0/24"}},
+	}, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "conversion webhook") {
+		t.Errorf("v2 create with the webhook down: %v, want an error naming the conversion webhook", err)
+	}
+
+	setURL(*conv.Webhook.ClientConfig.URL)
+	var v2 *samplecrdv2.Network
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		v2, err = env.Netop.SamplecrdV2().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("v2 reads after the outage: %v", err)
+	})
+	if v2.Labels["written"] != "while-down" || !slices.Equal(v2.Spec.CIDRs, []string{"10.123.0.0/24"}) {
+		t.Errorf("after the outage v2 reads labels %v, cidrs %v", v2.Labels, v2.Spec.CIDRs)
+	}
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Get(t.Context(), "refused", metav1.GetOptions{}); err == nil {
+		t.Error("the v2 create refused during the outage exists")
+	}
+}
+
+// kubectl reads the group's preferred version, v2 now, through the
+// conversion webhook: `kubectl get net` shows the families (as JSON
+// lists, the API server's rendering of a list column), with the columns
+// v1 had.
+func TestKubectlGetNetworksShowsV2(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	group, err := env.Kube.Discovery().ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range group.Groups {
+		if g.Name == samplecrdv1.GroupName && g.PreferredVersion.Version != "v2" {
+			t.Errorf("preferred version of %s is %s, want v2", g.Name, g.PreferredVersion.Version)
+		}
+	}
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("n", "10.125.0.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	columns, rows := env.Table(t, "/apis/samplecrd.k8s.io/v2/namespaces/"+ns+"/networks")
+	if want := "NAME CIDRS GATEWAYS READY NODES ALLOCATED AGE"; columns != want {
+		t.Errorf("columns = %q, want %q", columns, want)
+	}
+	if len(rows) != 1 || rows[0].Cells[1] != `["10.125.0.0/24"]` || rows[0].Cells[2] != `["10.125.0.1"]` {
+		t.Errorf("rows = %+v", rows)
+	}
+}
+
+// Installing the CRDs again, as every standalone start does, keeps the
+// conversion webhook netop registered (its URL and CA) instead of the
+// manifest's Service.
+func TestReinstallingCRDsKeepsTheConversionWebhook(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	crds := apiextensionsclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions()
+	before, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := install.CRDs(t.Context(), env.Config); err != nil {
+		t.Fatal(err)
+	}
+	after, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, a := before.Spec.Conversion.Webhook.ClientConfig, after.Spec.Conversion.Webhook.ClientConfig
+	if a.URL == nil || *a.URL != *b.URL || a.Service != nil || string(a.CABundle) != string(b.CABundle) {
+		t.Errorf("conversion webhook after reinstalling the CRDs: %+v, want %+v", a, b)
+	}
+	ns := env.Namespace(t)
+	if _, err := env.Netop.SamplecrdV2().Networks(ns).List(t.Context(), metav1.ListOptions{}); err != nil {
+		t.Errorf("v2 list after reinstalling the CRDs: %v", err)
+	}
+}
