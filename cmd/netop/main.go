@@ -12,11 +12,15 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/logging"
+	"github.com/netop-dev/netop/internal/migrate"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/version"
 )
@@ -55,7 +59,7 @@ func newRootCommand() *cobra.Command {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
 				return err
 			},
-		}, newManifestsCommand())
+		}, newManifestsCommand(), newMigrateStorageCommand(logOpts))
 	return root
 }
 
@@ -84,6 +88,55 @@ func newManifestsCommand() *cobra.Command {
 	return cmd
 }
 
+func newMigrateStorageCommand(logOpts *logging.Options) *cobra.Command {
+	clientFlags := &operator.ClientConfigFlags{}
+	crd := operator.NetworkCRD
+	cmd := &cobra.Command{
+		Use:   "migrate-storage",
+		Short: "Rewrite every stored object of a CRD (Networks) in its storage version, then drop the other versions from its status.storedVersions, as kube-storage-version-migrator does",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withCluster(logOpts, clientFlags, func(ctx context.Context, cfg *rest.Config) error {
+				crds, err := apiextensionsclient.NewForConfig(cfg)
+				if err != nil {
+					return err
+				}
+				dyn, err := dynamic.NewForConfig(cfg)
+				if err != nil {
+					return err
+				}
+				res, err := migrate.Storage(ctx, crds, dyn, crd)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %d objects stored in %s (%d changed by others meanwhile); storedVersions %v -> [%s]\n",
+					crd, res.Rewritten+res.Changed, res.StorageVersion, res.Changed, res.StoredVersions, res.StorageVersion)
+				return err
+			})
+		},
+	}
+	clientFlags.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&crd, "crd", crd, "The CustomResourceDefinition whose objects to migrate.")
+	return cmd
+}
+
+// withCluster sets up logging, reads the client configuration and runs f
+// until it returns or SIGINT or SIGTERM arrives.
+func withCluster(logOpts *logging.Options, clientFlags *operator.ClientConfigFlags, f func(context.Context, *rest.Config) error) error {
+	logger, err := logOpts.Apply()
+	if err != nil {
+		return err
+	}
+	defer logging.Flush()
+	cfg, err := clientFlags.RESTConfig()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return f(klog.NewContext(ctx, logger), cfg)
+}
+
 func newRunCommand(logOpts *logging.Options, role operator.Role, use, short string) *cobra.Command {
 	clientFlags := &operator.ClientConfigFlags{}
 	opts := operator.NewOptions()
@@ -95,19 +148,10 @@ func newRunCommand(logOpts *logging.Options, role operator.Role, use, short stri
 		Use:   use,
 		Short: short,
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := logOpts.Apply()
-			if err != nil {
-				return err
-			}
-			defer logging.Flush()
-			cfg, err := clientFlags.RESTConfig()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return operator.Run(klog.NewContext(ctx, logger), cfg, opts)
+		RunE: func(*cobra.Command, []string) error {
+			return withCluster(logOpts, clientFlags, func(ctx context.Context, cfg *rest.Config) error {
+				return operator.Run(ctx, cfg, opts)
+			})
 		},
 	}
 	clientFlags.AddFlags(cmd.Flags())

@@ -18,7 +18,9 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -193,6 +195,27 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 
 // AdminConfig returns a client configuration with full rights.
 func (cp *ControlPlane) AdminConfig() *rest.Config { return rest.CopyConfig(cp.adminConfig) }
+
+// Stored returns the values etcd holds under the keys that begin with
+// prefix (the API server's, such as /registry/samplecrd.k8s.io/networks/),
+// by key: what the API server stored, in the encoding and version it
+// stored it in. It reads in-process, for tests of storage.
+func (cp *ControlPlane) Stored(ctx context.Context, prefix string) (map[string][]byte, error) {
+	if cp.etcd == nil {
+		return nil, errors.New("etcd is not running")
+	}
+	c := v3client.New(cp.etcd.Server)
+	defer func() { _ = c.Close() }()
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("reading etcd under %s: %w", prefix, err)
+	}
+	values := make(map[string][]byte, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		values[string(kv.Key)] = kv.Value
+	}
+	return values, nil
+}
 
 // Stop shuts the components down in reverse order of start and waits for
 // them. It is safe to call more than once.
