@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -40,7 +41,19 @@ type admission struct {
 	listener net.Listener
 	// cidrs is what the overlap check reads; the webhooks wait for it.
 	cidrs *networks.CIDRs
+	// synced is closed once the caches the admission handlers read are;
+	// they hold requests until then.
+	synced chan struct{}
+	// serving is set once the server presents its certificate: /readyz
+	// waits for it.
+	serving atomic.Bool
 }
+
+// admissionStartWait is how long an admission request that arrives before
+// the caches are synced waits for them; then it fails, and the webhook's
+// failurePolicy applies. Below the webhooks' timeouts (the API server's
+// 10 s default, the pod webhook's shorter one).
+const admissionStartWait = 2 * time.Second
 
 // newAdmission opens the webhook listener and prepares the handlers. The
 // envoy templates are the only ConfigMaps cached.
@@ -66,7 +79,7 @@ func newAdmission(ctx context.Context, o *Options, cfg *rest.Config, kube kubern
 	if o.WebhookCertDir != "" {
 		store = webhook.FileStore{Dir: o.WebhookCertDir}
 	}
-	a := &admission{opts: o, kube: kube, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs()}
+	a := &admission{opts: o, kube: kube, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs(), synced: make(chan struct{})}
 	if err := a.cidrs.Watch(networkInformer); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("watching Networks for the overlap check: %w", err)
@@ -89,7 +102,7 @@ func newAdmission(ctx context.Context, o *Options, cfg *rest.Config, kube kubern
 		networks:                 samplecrdlisters.NewNetworkLister(networkInformer.GetIndexer()),
 		deploymentNetworks:       o.DeploymentNetworks,
 	})
-	a.server.Mount(ctx, a.webhooks)
+	a.server.MountGated(ctx, a.webhooks, a.synced, admissionStartWait)
 	a.server.HandleHTTP(PathConvert, conversion.Converter{Scheme: scheme}.Handler(ctx))
 	return a, nil
 }
@@ -103,16 +116,14 @@ func templateInformers(kube kubernetes.Interface, resync time.Duration) kubeinfo
 		kubeinformers.WithTransform(dropManagedFields))
 }
 
-// run waits for the caches the webhooks answer from (synced is closed),
-// gets the certificate, serves, and registers the webhooks. A stop at any
-// point is a clean stop.
+// run gets the certificate, serves, and registers the conversion webhook
+// at once, since converting needs no cache and the API server needs it to
+// serve v2 at all; it registers the admission webhooks once the caches
+// they answer from are synced (synced is closed), and from then on renews
+// the certificate, registering both again. A stop at any point is a clean
+// stop.
 func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	defer func() { _ = a.listener.Close() }()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-synced:
-	}
 	if err := a.certs.Ensure(ctx); err != nil {
 		return stopped(ctx, err)
 	}
@@ -124,12 +135,24 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	defer cancel()
 	errc := make(chan error, 1)
 	wg.Start(func() { errc <- a.server.Run(ctx, a.listener) })
+	a.serving.Store(true)
 	target := webhook.Target{Service: &admissionregistrationv1.ServiceReference{
 		Namespace: a.opts.OperatorNamespace, Name: a.opts.WebhookService, Port: ptr.To[int32](443),
 	}}
 	if a.opts.WebhookLocal {
 		target = webhook.Target{URL: "https://" + a.listener.Addr().String()}
 	}
+	if err := webhook.RegisterConversion(ctx, a.crds, NetworkCRD, target, PathConvert, a.certs.CABundle()); err != nil {
+		return stopped(ctx, err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	case <-synced:
+	}
+	close(a.synced)
 	register := func(ctx context.Context, caBundle []byte) error {
 		if err := webhook.Register(ctx, a.kube, a.webhooks, target, caBundle); err != nil {
 			return err

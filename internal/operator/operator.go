@@ -684,8 +684,8 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 }
 
 // metricsHandler serves /metrics, /healthz, /readyz (ready once the caches
-// are synced and, for an agent with --install-cni, the CNI plugin is in
-// place) and, with --profiling, /debug/pprof/.
+// are synced, the webhook server serves and, for an agent with
+// --install-cni, the CNI plugin is in place) and, with --profiling, /debug/pprof/.
 func (op *Operator) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", op.metrics.Handler())
@@ -693,6 +693,10 @@ func (op *Operator) metricsHandler() http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !op.synced.Load() {
 			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		if op.admission != nil && !op.admission.serving.Load() {
+			http.Error(w, "the webhook server is not serving yet", http.StatusServiceUnavailable)
 			return
 		}
 		if op.cni != nil && !op.cni.Installed() {

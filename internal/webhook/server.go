@@ -67,11 +67,38 @@ func (s *Server) Handle(ctx context.Context, path string, h Handler) {
 	s.mux.Handle(path, s.limiter.wrap(ReviewHandler(ctx, h)))
 }
 
-// Mount serves every webhook of set at its path.
-func (s *Server) Mount(ctx context.Context, set Set) {
+// MountGated serves every webhook of set at its path, each request held
+// until ready is closed, for at most wait: the server starts before what
+// the handlers read (caches) is ready, so that the paths that need nothing
+// (conversion) serve at once. A request still held after wait gets a 503,
+// a failed call for the API server, which then applies the webhook's
+// failurePolicy: never a denial that the policy would not soften.
+func (s *Server) MountGated(ctx context.Context, set Set, ready <-chan struct{}, wait time.Duration) {
 	for _, w := range set.Webhooks {
-		s.Handle(ctx, w.Path, w.Handler)
+		s.mux.Handle(w.Path, s.limiter.wrap(Gate(ready, wait, ReviewHandler(ctx, w.Handler))))
 	}
+}
+
+// Gate holds each request to h until ready is closed, for at most wait,
+// and answers 503 Service Unavailable if it is still not.
+func Gate(ready <-chan struct{}, wait time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-ready:
+		default:
+			timer := time.NewTimer(wait)
+			defer timer.Stop()
+			select {
+			case <-ready:
+			case <-timer.C:
+				http.Error(w, "netop is starting: its caches are not synced yet", http.StatusServiceUnavailable)
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Run serves on l until ctx is done.
@@ -88,7 +115,7 @@ func (s *Server) Run(ctx context.Context, l net.Listener) error {
 			GetCertificate: s.certs.GetCertificate,
 		},
 	}
-	klog.FromContext(ctx).Info("Serving admission webhooks", "address", l.Addr().String())
+	klog.FromContext(ctx).Info("Serving webhooks", "address", l.Addr().String())
 	if err := httpserver.Run(ctx, srv, func() error { return srv.ServeTLS(l, "", "") }); err != nil {
 		return fmt.Errorf("webhook server: %w", err)
 	}

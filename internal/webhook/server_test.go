@@ -207,3 +207,30 @@ func TestRenewLoopReportsANewCA(t *testing.T) {
 		t.Fatal("a new CA was never reported")
 	}
 }
+
+// A gated handler holds a request until it opens, answers 503 if it stays
+// shut for the whole wait, and passes everything once open.
+func TestGate(t *testing.T) {
+	served := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("served")) })
+	ready := make(chan struct{})
+	gate := Gate(ready, 50*time.Millisecond, served)
+	if rec := post(t, gate, http.MethodPost, "application/json", "{}"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "not synced") {
+		t.Errorf("shut: %d %q, want 503 saying the caches are not synced", rec.Code, rec.Body)
+	}
+
+	held := Gate(ready, time.Minute, served)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- post(t, held, http.MethodPost, "application/json", "{}") }()
+	select {
+	case rec := <-done:
+		t.Fatalf("answered %d %q before the gate opened", rec.Code, rec.Body)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(ready)
+	if rec := <-done; rec.Code != http.StatusOK || rec.Body.String() != "served" {
+		t.Errorf("held, then opened: %d %q", rec.Code, rec.Body)
+	}
+	if rec := post(t, gate, http.MethodPost, "application/json", "{}"); rec.Code != http.StatusOK {
+		t.Errorf("open: %d %q", rec.Code, rec.Body)
+	}
+}
