@@ -246,3 +246,33 @@ func TestReinstallingCRDsKeepsTheConversionWebhook(t *testing.T) {
 		t.Errorf("v2 list after reinstalling the CRDs: %v", err)
 	}
 }
+
+// v2's schema refuses per cidr what v1's refuses in spec.cidr, and checks
+// each gateway against the cidr of its index, naming the item.
+func TestV2SchemaRefusesNamingTheItem(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	for i, tc := range []struct {
+		cidrs, gateways []string
+		want            string
+	}{
+		{[]string{"x"}, nil, "spec.cidrs[0]: Invalid value: \"x\": must be an IP prefix in CIDR notation"},
+		{[]string{"0.0.0.0/0"}, nil, "spec.cidrs[0]: Invalid value: \"0.0.0.0/0\": must not be a /0 prefix"},
+		{[]string{"10.126.0.0/24", "::1/128"}, nil, "spec.cidrs[1]: Invalid value: \"::1/128\": must not be in or contain a loopback range"},
+		{[]string{"10.126.0.0/24", "ff02::/16"}, nil, "spec.cidrs[1]: Invalid value: \"ff02::/16\": must not be in or contain a multicast range"},
+		{[]string{"10.126.0.0/24", "10.127.0.0/24"}, nil, "spec.cidrs: Invalid value: must be of different families"},
+		{[]string{"10.126.0.0/24"}, []string{"nope"}, "spec.gateways[0]: Invalid value: \"nope\": must be an IP address"},
+		{[]string{"10.126.0.0/24"}, []string{"10.127.0.1"}, "spec.gateways: Invalid value: each must be an address inside the cidr of the same index"},
+		{[]string{"10.126.0.0/24", "fd00:126::/64"}, []string{"", "fd00:127::1"}, "spec.gateways: Invalid value: each must be an address inside the cidr"},
+		{[]string{"10.126.0.0/24"}, []string{"10.126.0.1", "fd00:126::1"}, "spec.gateways: Invalid value: must not have more entries than spec.cidrs"},
+	} {
+		_, err := env.Netop.SamplecrdV2().Networks(ns).Create(t.Context(), &samplecrdv2.Network{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i)},
+			Spec:       samplecrdv2.NetworkSpec{CIDRs: tc.cidrs, Gateways: tc.gateways},
+		}, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cidrs %v gateways %v: %v, want refused with %q", tc.cidrs, tc.gateways, err, tc.want)
+		}
+	}
+}

@@ -247,36 +247,42 @@ func TestPrinterColumnsAndShortName(t *testing.T) {
 // kubectl explain reads field descriptions from the OpenAPI v3 document.
 func TestExplainHasDescriptions(t *testing.T) {
 	env := testenv.Get(t)
-	raw, err := env.Kube.Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/samplecrd.k8s.io/v1").DoRaw(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Components struct {
-			Schemas map[string]struct {
-				Properties map[string]struct {
-					Description string `json:"description"`
-					Properties  map[string]struct {
+	for version, fields := range map[string][]string{"v1": {"cidr", "gateway"}, "v2": {"cidrs", "gateways"}} {
+		// The API server publishes a CRD's OpenAPI a moment after it is
+		// Established.
+		var raw []byte
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			var err error
+			raw, err = env.Kube.Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/samplecrd.k8s.io/" + version).DoRaw(ctx)
+			return err == nil, fmt.Sprintf("OpenAPI v3 of %s: %v", version, err)
+		})
+		var doc struct {
+			Components struct {
+				Schemas map[string]struct {
+					Properties map[string]struct {
 						Description string `json:"description"`
+						Properties  map[string]struct {
+							Description string `json:"description"`
+						} `json:"properties"`
 					} `json:"properties"`
-				} `json:"properties"`
-			} `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	schema, ok := doc.Components.Schemas["io.k8s.samplecrd.v1.Network"]
-	if !ok {
-		t.Fatalf("no Network schema in OpenAPI v3")
-	}
-	for path, desc := range map[string]string{
-		"spec.cidr":    schema.Properties["spec"].Properties["cidr"].Description,
-		"spec.gateway": schema.Properties["spec"].Properties["gateway"].Description,
-		"status":       schema.Properties["status"].Description,
-	} {
-		if len(desc) < 20 {
-			t.Errorf("%s has no useful description: %q", path, desc)
+				} `json:"schemas"`
+			} `json:"components"`
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		schema, ok := doc.Components.Schemas["io.k8s.samplecrd."+version+".Network"]
+		if !ok {
+			t.Fatalf("no %s Network schema in OpenAPI v3", version)
+		}
+		descriptions := map[string]string{version + " status": schema.Properties["status"].Description}
+		for _, f := range fields {
+			descriptions[version+" spec."+f] = schema.Properties["spec"].Properties[f].Description
+		}
+		for path, desc := range descriptions {
+			if len(desc) < 20 {
+				t.Errorf("%s has no useful description: %q", path, desc)
+			}
 		}
 	}
 }

@@ -39,17 +39,26 @@ type Network struct {
 }
 
 // NetworkSpec is the desired network.
+// +kubebuilder:validation:XValidation:rule="!has(self.gateways) || size(self.gateways) <= size(self.cidrs)",message="must not have more entries than spec.cidrs: one gateway per cidr",fieldPath=".gateways",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateways) || [0, 1].all(i, i >= size(self.gateways) || i >= size(self.cidrs) || size(self.gateways[i]) == 0 || !isCIDR(self.cidrs[i]) || !isIP(self.gateways[i]) || cidr(self.cidrs[i]).containsIP(self.gateways[i]))",message="each must be an address inside the cidr of the same index in spec.cidrs",fieldPath=".gateways",reason="FieldValueInvalid"
 type NetworkSpec struct {
 	// cidrs are the address ranges of the network in CIDR notation, one or
 	// two: at most one IPv4 and one IPv6 (dual-stack). The first is the
 	// primary one, the one a v1 client sees as spec.cidr. Each follows
-	// v1's rules for spec.cidr.
+	// v1's rules for spec.cidr: a value with host bits set means the
+	// network that contains it; not a /0, nor in or containing a loopback
+	// or multicast range; netop refuses other special-purpose ranges
+	// unless started with --allow-reserved-prefixes, and prefixes longer
+	// than /30 (IPv6: /126).
 	// +required
 	// +listType=atomic
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=49
-	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="each must be an IP prefix in CIDR notation, such as 192.168.0.0/16"
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be an IP prefix in CIDR notation, such as 192.168.0.0/16"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() != 0",message="must not be a /0 prefix: it contains every address, loopback and multicast among them"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() == 0 || !(cidr(self).containsCIDR('127.0.0.0/8') || cidr('127.0.0.0/8').containsCIDR(self) || cidr(self).containsIP('::1'))",message="must not be in or contain a loopback range (127.0.0.0/8, ::1/128)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() == 0 || !(cidr(self).containsCIDR('224.0.0.0/4') || cidr('224.0.0.0/4').containsCIDR(self) || cidr(self).containsCIDR('ff00::/8') || cidr('ff00::/8').containsCIDR(self))",message="must not be in or contain a multicast range (224.0.0.0/4, ff00::/8)"
 	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || !isCIDR(self[0]) || !isCIDR(self[1]) || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="must be of different families: one IPv4 and one IPv6"
 	CIDRs []string `json:"cidrs"`
 
@@ -60,7 +69,7 @@ type NetworkSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=45
-	// +kubebuilder:validation:XValidation:rule="self.all(g, g == '' || isIP(g))",message="each must be an IP address, such as 192.168.0.1, or empty for the default"
+	// +kubebuilder:validation:items:XValidation:rule="size(self) == 0 || isIP(self)",message="must be an IP address, such as 192.168.0.1, or empty for the default"
 	Gateways []string `json:"gateways,omitempty"`
 }
 

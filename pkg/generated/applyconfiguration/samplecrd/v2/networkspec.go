@@ -26,7 +26,11 @@ type NetworkSpecApplyConfiguration struct {
 	// cidrs are the address ranges of the network in CIDR notation, one or
 	// two: at most one IPv4 and one IPv6 (dual-stack). The first is the
 	// primary one, the one a v1 client sees as spec.cidr. Each follows
-	// v1's rules for spec.cidr.
+	// v1's rules for spec.cidr: a value with host bits set means the
+	// network that contains it; not a /0, nor in or containing a loopback
+	// or multicast range; netop refuses other special-purpose ranges
+	// unless started with --allow-reserved-prefixes, and prefixes longer
+	// than /30 (IPv6: /126).
 	CIDRs []string `json:"cidrs,omitempty"`
 	// gateways are the gateway addresses, in the order of cidrs, each
 	// inside its cidr. A cidr without one (the list is shorter, or its
