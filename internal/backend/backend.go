@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -66,20 +67,41 @@ func (o Owner) Claims(rec Owner) bool {
 	return rec.UID == o.UID && (rec.Cluster == "" || rec.Cluster == o.Cluster)
 }
 
-// Network is the desired state of one backend network.
-type Network struct {
-	Owner
+// Family is the addresses of one IP family of a network.
+type Family struct {
 	// CIDR is canonical: its host bits are zero.
 	CIDR netip.Prefix
 	// Gateway lies inside CIDR.
 	Gateway netip.Addr
+}
+
+// Network is the desired state of one backend network.
+type Network struct {
+	Owner
+	// CIDR and Gateway are the primary family's.
+	CIDR netip.Prefix
+	// Gateway lies inside CIDR.
+	Gateway netip.Addr
+	// Secondary is the other IP family of a dual-stack network; zero for a
+	// network of one family.
+	Secondary Family
 	// VNI, if not 0, joins the network's parts on several nodes into one
 	// segment (the linux backend's overlay).
 	VNI uint32
 }
 
-// Validate checks what every backend relies on: an owner UID, a valid and
-// canonical CIDR that is not IPv4-mapped IPv6, and a gateway inside it. The
+// Families are the network's families, the primary first.
+func (n Network) Families() []Family {
+	families := []Family{{CIDR: n.CIDR, Gateway: n.Gateway}}
+	if n.Secondary.CIDR.IsValid() {
+		families = append(families, n.Secondary)
+	}
+	return families
+}
+
+// Validate checks what every backend relies on: an owner UID, valid and
+// canonical CIDRs that are not IPv4-mapped IPv6, each with its gateway
+// inside, and a secondary family, if any, of the other IP version. The
 // controller resolves specs with netspec, so an error here is a bug in the
 // caller, not a user's mistake. Backends check the UID's form themselves,
 // since what they can record differs.
@@ -87,17 +109,32 @@ func (n Network) Validate() error {
 	if n.UID == "" {
 		return errors.New("missing owner UID")
 	}
-	if !n.CIDR.IsValid() {
-		return fmt.Errorf("invalid CIDR %s", n.CIDR)
+	for _, f := range n.Families() {
+		if err := f.validate(); err != nil {
+			return err
+		}
 	}
-	if n.CIDR.Addr().Is4In6() {
-		return fmt.Errorf("CIDR %s: IPv4-mapped IPv6 prefixes are not supported", n.CIDR)
+	if n.Secondary.CIDR.IsValid() && n.Secondary.CIDR.Addr().Is4() == n.CIDR.Addr().Is4() {
+		return fmt.Errorf("CIDRs %s and %s are of one IP family: a dual-stack network has one IPv4 and one IPv6", n.CIDR, n.Secondary.CIDR)
 	}
-	if n.CIDR != n.CIDR.Masked() {
-		return fmt.Errorf("CIDR %s has host bits set (did you mean %s?)", n.CIDR, n.CIDR.Masked())
+	if !n.Secondary.CIDR.IsValid() && n.Secondary.Gateway.IsValid() {
+		return fmt.Errorf("secondary gateway %s without a CIDR", n.Secondary.Gateway)
 	}
-	if !n.CIDR.Contains(n.Gateway) {
-		return fmt.Errorf("gateway %s is not an address in %s", n.Gateway, n.CIDR)
+	return nil
+}
+
+func (f Family) validate() error {
+	if !f.CIDR.IsValid() {
+		return fmt.Errorf("invalid CIDR %s", f.CIDR)
+	}
+	if f.CIDR.Addr().Is4In6() {
+		return fmt.Errorf("CIDR %s: IPv4-mapped IPv6 prefixes are not supported", f.CIDR)
+	}
+	if f.CIDR != f.CIDR.Masked() {
+		return fmt.Errorf("CIDR %s has host bits set (did you mean %s?)", f.CIDR, f.CIDR.Masked())
+	}
+	if !f.CIDR.Contains(f.Gateway) {
+		return fmt.Errorf("gateway %s is not an address in %s", f.Gateway, f.CIDR)
 	}
 	return nil
 }
@@ -107,13 +144,36 @@ type Observed struct {
 	Owner
 	// Status identifies it, as status.backend records it.
 	Status samplecrdv1.NetworkBackendStatus
-	// CIDR and Gateway are what it provides now. Both are zero when it is
-	// incomplete or ambiguous (a bridge with no or several addresses, a
-	// Neutron network without its subnet): it then differs from any spec.
-	CIDR    netip.Prefix
-	Gateway netip.Addr
+	// Families are what it provides now, one per IP family, in no
+	// particular order. They are nil when it is incomplete or ambiguous (a
+	// bridge with no address, or several of one family; a Neutron network
+	// without its subnet): it then differs from any spec.
+	Families []Family
 	// VNI is the overlay's, 0 without one.
 	VNI uint32
+}
+
+// Provides reports whether o provides exactly the families of want.
+func (o Observed) Provides(want Network) bool {
+	families := want.Families()
+	if len(o.Families) != len(families) {
+		return false
+	}
+	for _, f := range families {
+		if !slices.Contains(o.Families, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// Prefixes are the CIDRs o provides.
+func (o Observed) Prefixes() []netip.Prefix {
+	prefixes := make([]netip.Prefix, 0, len(o.Families))
+	for _, f := range o.Families {
+		prefixes = append(prefixes, f.CIDR)
+	}
+	return prefixes
 }
 
 // Action says what Ensure had to do.

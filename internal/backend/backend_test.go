@@ -92,11 +92,44 @@ func TestNetworkValidate(t *testing.T) {
 		"gateway outside":    {func(n *Network) { n.Gateway = netip.MustParseAddr("10.2.0.1") }, "gateway 10.2.0.1 is not an address in 10.1.0.0/16"},
 		"gateway of v6":      {func(n *Network) { n.Gateway = netip.MustParseAddr("fd00::1") }, "is not an address in"},
 		"mapped gateway":     {func(n *Network) { n.Gateway = netip.MustParseAddr("::ffff:10.1.0.1") }, "is not an address in"},
+		"two IPv4 families": {func(n *Network) {
+			n.Secondary = Family{CIDR: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.2.0.1")}
+		}, "a dual-stack network has one IPv4 and one IPv6"},
+		"secondary gateway outside": {func(n *Network) {
+			n.Secondary = Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:2::1")}
+		}, "gateway fd00:2::1 is not an address in fd00:1::/64"},
+		"secondary gateway alone": {func(n *Network) { n.Secondary.Gateway = netip.MustParseAddr("fd00:1::1") }, "secondary gateway fd00:1::1 without a CIDR"},
 	} {
 		n := good
 		tc.mutate(&n)
 		if err := n.Validate(); err == nil || !strings.Contains(err.Error(), tc.errContains) {
 			t.Errorf("%s: Validate = %v, want an error containing %q", name, err, tc.errContains)
+		}
+	}
+}
+
+// Observed families are in no order: a dual-stack network matches with
+// either family first, and only with exactly its families.
+func TestObservedProvides(t *testing.T) {
+	v4 := Family{CIDR: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.1.0.1")}
+	v6 := Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")}
+	dual := Network{CIDR: v4.CIDR, Gateway: v4.Gateway, Secondary: v6}
+	single := Network{CIDR: v4.CIDR, Gateway: v4.Gateway}
+	for _, tc := range []struct {
+		families []Family
+		want     Network
+		provides bool
+	}{
+		{[]Family{v4, v6}, dual, true},
+		{[]Family{v6, v4}, dual, true},
+		{[]Family{v4}, dual, false},
+		{[]Family{v4, v6}, single, false},
+		{[]Family{v4}, single, true},
+		{nil, single, false},
+		{[]Family{{CIDR: v4.CIDR, Gateway: netip.MustParseAddr("10.1.0.2")}}, single, false},
+	} {
+		if got := (Observed{Families: tc.families}).Provides(tc.want); got != tc.provides {
+			t.Errorf("%+v provides %+v: %v, want %v", tc.families, tc.want.Families(), got, tc.provides)
 		}
 	}
 }

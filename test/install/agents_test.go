@@ -49,7 +49,9 @@ func (n *node) bridges(t *testing.T) map[types.UID]netip.Prefix {
 	}
 	out := map[types.UID]netip.Prefix{}
 	for _, o := range owned {
-		out[o.UID] = o.CIDR
+		if len(o.Families) == 1 {
+			out[o.UID] = o.Families[0].CIDR
+		}
 	}
 	return out
 }

@@ -190,11 +190,11 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 		switch {
 		case !ok:
 			res.Action = backend.ActionCreated
-		case have.CIDR != want.CIDR || have.Gateway != want.Gateway:
+		case !have.Provides(want):
 			res.Action = backend.ActionUpdated
 		}
 		res.Status = Status(want.UID)
-		b.networks[want.UID] = backend.Observed{Owner: want.Owner, Status: res.Status, CIDR: want.CIDR, Gateway: want.Gateway}
+		b.networks[want.UID] = backend.Observed{Owner: want.Owner, Status: res.Status, Families: want.Families()}
 		b.mu.Unlock()
 	}
 	if res.Action != backend.ActionNone {

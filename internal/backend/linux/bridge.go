@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -214,8 +215,10 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		logger.Info("Marked bridge as owned", "oldAlias", attrs.Alias, "alias", wantAlias)
 	}
 
+	families := want.Families()
+	ipv6 := slices.ContainsFunc(families, func(f backend.Family) bool { return f.Gateway.Is6() })
 	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.setUp(logger, link, want.Gateway.Is6()); err != nil {
+		if err := b.setUp(logger, link, ipv6); err != nil {
 			return changed, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 		changed = true
@@ -226,8 +229,7 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	if err != nil {
 		return changed, fmt.Errorf("list addresses of bridge %s: %w", name, err)
 	}
-	bits := want.CIDR.Bits()
-	have := false
+	have := make([]bool, len(families))
 	// Removing before adding matters: with IPv4, deleting a primary address
 	// also deletes the secondaries of its subnet, which a new gateway in
 	// the same subnet would be; with IPv6, the same address with another
@@ -237,8 +239,8 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		ip, ok := netip.AddrFromSlice(a.IP)
 		ip = ip.Unmap()
 		ones, _ := a.Mask.Size()
-		if ok && ip == want.Gateway && ones == bits {
-			have = true
+		if j := slices.IndexFunc(families, func(f backend.Family) bool { return ok && ip == f.Gateway && ones == f.CIDR.Bits() }); j >= 0 {
+			have[j] = true
 			continue
 		}
 		if kernelAddr(*a) {
@@ -251,32 +253,44 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		changed = true
 		logger.V(2).Info("Removed address", "address", a.IPNet.String())
 	}
-	if !have {
-		gw := &netlink.Addr{IPNet: &net.IPNet{
-			IP:   want.Gateway.AsSlice(),
-			Mask: net.CIDRMask(bits, want.Gateway.BitLen()),
-		}}
-		if want.Gateway.Is6() {
-			// A bridge without ports has no carrier, so duplicate address
-			// detection would leave the gateway tentative, unusable, until
-			// the first port comes up. The address is netop's by design.
-			gw.Flags = unix.IFA_F_NODAD
-			// The bridge of a Network that was IPv4 has IPv6 off.
-			b.setIPv6(logger, name, true)
+	for j, f := range families {
+		if have[j] {
+			continue
 		}
-		err := b.nl.AddrAdd(link, gw)
-		if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EINVAL) {
-			// The kernel refuses this address on a bridge (a loopback or
-			// multicast address, say): no retry can fix that.
-			return changed, fmt.Errorf("add address %s to bridge %s: %w: %w", gw.IPNet, name, err, backend.ErrInvalid)
-		}
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return changed, fmt.Errorf("add address %s to bridge %s: %w", gw.IPNet, name, err)
+		if err := b.addGateway(logger, link, f); err != nil {
+			return changed, err
 		}
 		changed = true
-		logger.V(2).Info("Added address", "address", gw.IPNet.String())
 	}
 	return changed, nil
+}
+
+// addGateway adds the gateway of family f to the bridge link.
+func (b *Backend) addGateway(logger klog.Logger, link netlink.Link, f backend.Family) error {
+	name := link.Attrs().Name
+	gw := &netlink.Addr{IPNet: &net.IPNet{
+		IP:   f.Gateway.AsSlice(),
+		Mask: net.CIDRMask(f.CIDR.Bits(), f.Gateway.BitLen()),
+	}}
+	if f.Gateway.Is6() {
+		// A bridge without ports has no carrier, so duplicate address
+		// detection would leave the gateway tentative, unusable, until
+		// the first port comes up. The address is netop's by design.
+		gw.Flags = unix.IFA_F_NODAD
+		// The bridge of a Network that was IPv4 has IPv6 off.
+		b.setIPv6(logger, name, true)
+	}
+	err := b.nl.AddrAdd(link, gw)
+	if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EINVAL) {
+		// The kernel refuses this address on a bridge (a loopback or
+		// multicast address, say): no retry can fix that.
+		return fmt.Errorf("add address %s to bridge %s: %w: %w", gw.IPNet, name, err, backend.ErrInvalid)
+	}
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %s to bridge %s: %w", gw.IPNet, name, err)
+	}
+	logger.V(2).Info("Added address", "address", gw.IPNet.String())
+	return nil
 }
 
 // setUp brings link up without an IPv6 link-local address, and without
@@ -464,18 +478,33 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 		if vx, ok := vxlans[VXLANName(o.UID)]; ok && vx.MasterIndex == l.Attrs().Index && vx.Flags&net.FlagUp != 0 {
 			obs.VNI = uint32(vx.VxlanId)
 		}
-		// A bridge that is down or carries other than exactly one address
-		// is left zero, so that it differs from every spec and is repaired.
-		if own := byLink[l.Attrs().Index]; len(own) == 1 && l.Attrs().Flags&net.FlagUp != 0 {
-			if gw, ok := netip.AddrFromSlice(own[0].IP); ok {
-				ones, _ := own[0].Mask.Size()
-				obs.Gateway = gw.Unmap()
-				obs.CIDR = netip.PrefixFrom(obs.Gateway, ones).Masked()
-			}
+		if l.Attrs().Flags&net.FlagUp != 0 {
+			obs.Families = families(byLink[l.Attrs().Index])
 		}
 		observed = append(observed, obs)
 	}
 	return observed, nil
+}
+
+// families are what a bridge's addresses provide: one gateway per IP
+// family. A bridge with no address, more than one of a family, or one
+// that does not parse gives nil, so that it differs from every spec and
+// is repaired.
+func families(addrs []netlink.Addr) []backend.Family {
+	var out []backend.Family
+	for _, a := range addrs {
+		gw, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			return nil
+		}
+		gw = gw.Unmap()
+		ones, _ := a.Mask.Size()
+		if slices.ContainsFunc(out, func(f backend.Family) bool { return f.Gateway.Is4() == gw.Is4() }) {
+			return nil
+		}
+		out = append(out, backend.Family{CIDR: netip.PrefixFrom(gw, ones).Masked(), Gateway: gw})
+	}
+	return out
 }
 
 func isLinkNotFound(err error) bool {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -135,9 +136,15 @@ func (e *testEnv) checkBridge(t *testing.T, want backend.Network) {
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		t.Errorf("%s is not up", name)
 	}
-	wantAddr := netip.PrefixFrom(want.Gateway, want.CIDR.Bits()).String()
-	if got := e.addresses(t, link); !slices.Equal(got, []string{wantAddr}) {
-		t.Errorf("%s addresses = %v, want [%s]", name, got, wantAddr)
+	var wantAddrs []string
+	for _, f := range want.Families() {
+		wantAddrs = append(wantAddrs, netip.PrefixFrom(f.Gateway, f.CIDR.Bits()).String())
+	}
+	got := e.addresses(t, link)
+	slices.Sort(got)
+	slices.Sort(wantAddrs)
+	if !slices.Equal(got, wantAddrs) {
+		t.Errorf("%s addresses = %v, want %v", name, got, wantAddrs)
 	}
 }
 
@@ -615,14 +622,14 @@ func TestListOwned(t *testing.T) {
 		t.Fatal(err)
 	}
 	observed := func(n backend.Network) backend.Observed {
-		return backend.Observed{Owner: n.Owner, CIDR: n.CIDR, Gateway: n.Gateway,
+		return backend.Observed{Owner: n.Owner, Families: n.Families(),
 			Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(n.UID)}}
 	}
 	key := func(o backend.Observed) string { return string(o.UID) }
 	slices.SortFunc(got, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
 	want := []backend.Observed{observed(a), observed(b)}
 	slices.SortFunc(want, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
-	if !slices.Equal(got, want) {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ListOwned = %+v, want %+v", got, want)
 	}
 
@@ -641,8 +648,8 @@ func TestListOwned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range got {
-		if o.UID == a.UID && (o.CIDR.IsValid() || o.Gateway.IsValid()) {
-			t.Errorf("bridge without address listed as %s gateway %s", o.CIDR, o.Gateway)
+		if o.UID == a.UID && o.Families != nil {
+			t.Errorf("bridge without address listed with %+v", o.Families)
 		}
 	}
 }
@@ -662,9 +669,9 @@ func TestListOwnedIPv4LinkLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantObs := backend.Observed{Owner: want.Owner, CIDR: want.CIDR, Gateway: want.Gateway,
+	wantObs := backend.Observed{Owner: want.Owner, Families: want.Families(),
 		Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(want.UID)}}
-	if !slices.Equal(got, []backend.Observed{wantObs}) {
+	if !reflect.DeepEqual(got, []backend.Observed{wantObs}) {
 		t.Errorf("ListOwned = %+v, want [%+v]", got, wantObs)
 	}
 }
@@ -1204,4 +1211,73 @@ func BenchmarkEnsureUpdate(b *testing.B) {
 func ExampleAlias() {
 	fmt.Println(Alias(backend.Owner{Namespace: "default", Name: "net1", UID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}))
 	// Output: netop:default/net1/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0
+}
+
+// A dual-stack network is one bridge with a gateway of each family: made,
+// left alone when it matches, listed with both families, and converged when
+// a family is added, removed or changed, or removed behind netop's back.
+func TestDualStackBridge(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testContext(t)
+	want := network(t, "dual", "10.61.0.0/24", "10.61.0.1")
+	want.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:61::/64"), Gateway: netip.MustParseAddr("fd00:61::1")}
+	e.ensure(t, want, backend.ActionCreated)
+	e.checkBridge(t, want)
+	e.ensure(t, want, backend.ActionNone)
+	listed := func() backend.Observed {
+		t.Helper()
+		got, err := e.b.ListOwned(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range got {
+			if o.UID == want.UID {
+				return o
+			}
+		}
+		t.Fatal("the bridge is not listed")
+		return backend.Observed{}
+	}
+	if o := listed(); !o.Provides(want) {
+		t.Errorf("listed with %+v, want both families", o.Families)
+	}
+
+	// IPv6 first, as a v2 spec may put it, is the same network.
+	swapped := want
+	swapped.CIDR, swapped.Gateway, swapped.Secondary = want.Secondary.CIDR, want.Secondary.Gateway, backend.Family{CIDR: want.CIDR, Gateway: want.Gateway}
+	e.ensure(t, swapped, backend.ActionNone)
+
+	single := want
+	single.Secondary = backend.Family{}
+	e.ensure(t, single, backend.ActionUpdated)
+	e.checkBridge(t, single)
+	if o := listed(); !o.Provides(single) || o.Provides(want) {
+		t.Errorf("after removing IPv6, listed with %+v", o.Families)
+	}
+
+	moved := want
+	moved.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:62::/64"), Gateway: netip.MustParseAddr("fd00:62::9")}
+	e.ensure(t, moved, backend.ActionUpdated)
+	e.checkBridge(t, moved)
+
+	// The IPv6 gateway removed by hand: listed as differing, then repaired.
+	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("fd00:62::9"), Mask: net.CIDRMask(64, 128)}}
+	if err := e.hand.AddrDel(link, gw); err != nil {
+		t.Fatal(err)
+	}
+	if o := listed(); o.Provides(moved) {
+		t.Errorf("without its IPv6 gateway, listed with %+v, as if it matched", o.Families)
+	}
+	e.ensure(t, moved, backend.ActionUpdated)
+	e.checkBridge(t, moved)
+
+	sameFamily := want
+	sameFamily.Secondary = backend.Family{CIDR: netip.MustParsePrefix("10.62.0.0/24"), Gateway: netip.MustParseAddr("10.62.0.1")}
+	if _, err := e.b.Ensure(ctx, sameFamily, nil); err == nil || !strings.Contains(err.Error(), "one IPv4 and one IPv6") {
+		t.Errorf("two IPv4 families: %v, want refused", err)
+	}
 }

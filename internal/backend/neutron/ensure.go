@@ -64,8 +64,10 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 	if recorded != nil && recorded.NetworkID == net.ID {
 		recordedSubnet = recorded.SubnetID
 	}
-	subnetID, subnetChanged, err := b.convergeSubnet(ctx, logger, want, net.ID, subs, recordedSubnet)
-	res.Status.SubnetID = subnetID
+	subnetIDs, subnetChanged, err := b.convergeSubnets(ctx, logger, want, net.ID, subs, recordedSubnet)
+	if len(subnetIDs) > 0 {
+		res.Status.SubnetID = subnetIDs[0]
+	}
 	if (changed || subnetChanged) && res.Action == backend.ActionNone {
 		res.Action = backend.ActionUpdated
 	}
@@ -169,106 +171,127 @@ func (b *Backend) createNetwork(ctx context.Context, owner backend.Owner) (*netw
 	return n, nil
 }
 
-// convergeSubnet makes subs, the subnets of network netID, exactly one
-// subnet matching want, and returns its ID and whether anything changed.
-func (b *Backend) convergeSubnet(ctx context.Context, logger klog.Logger, want backend.Network, netID string, subs []subnets.Subnet, recordedID string) (string, bool, error) {
-	pools := allocationPools(want.CIDR, want.Gateway)
-	var (
-		keep   *subnets.Subnet
-		others []*subnets.Subnet
-	)
+// convergeSubnets makes subs, the subnets of network netID, exactly one
+// subnet per family of want, and returns their IDs, the primary family's
+// first, and whether anything changed.
+func (b *Backend) convergeSubnets(ctx context.Context, logger klog.Logger, want backend.Network, netID string, subs []subnets.Subnet, recordedID string) ([]string, bool, error) {
+	families := want.Families()
+	keep := make([]*subnets.Subnet, len(families))
+	var others []*subnets.Subnet
 	for i := range subs {
 		s := &subs[i]
 		p, _, err := parseSubnet(s)
-		if err == nil && p == want.CIDR && (keep == nil || s.ID == recordedID) {
-			if keep != nil {
-				others = append(others, keep)
+		j := slices.IndexFunc(families, func(f backend.Family) bool { return err == nil && f.CIDR == p })
+		if j >= 0 && (keep[j] == nil || s.ID == recordedID) {
+			if keep[j] != nil {
+				others = append(others, keep[j])
 			}
-			keep = s
+			keep[j] = s
 			continue
 		}
 		others = append(others, s)
 	}
 
 	changed := false
-	created := false
-	if keep == nil {
-		// A subnet's CIDR cannot be changed, so a new CIDR is a new subnet.
-		// Neutron refuses overlapping subnets in one network: those are
-		// deleted first, the others only once the new one exists.
+	created := make([]bool, len(families))
+	for j, f := range families {
+		if keep[j] != nil {
+			continue
+		}
+		// A subnet's CIDR cannot be changed, so a new CIDR is a new
+		// subnet. Neutron refuses overlapping subnets in one network:
+		// those are deleted first, the others only once the new one
+		// exists.
 		var later []*subnets.Subnet
 		for _, s := range others {
-			if p, _, err := parseSubnet(s); err == nil && !p.Overlaps(want.CIDR) {
+			if p, _, err := parseSubnet(s); err == nil && !p.Overlaps(f.CIDR) {
 				later = append(later, s)
 				continue
 			}
 			if err := b.deleteSubnet(ctx, logger, s); err != nil {
-				return "", changed, err
+				return ids(keep), changed, err
 			}
 			changed = true
 		}
 		others = later
-		s, err := b.createSubnet(ctx, want, netID, pools)
+		s, err := b.createSubnet(ctx, want.Owner, f, netID)
 		if err != nil {
-			return "", changed, err
+			return ids(keep), changed, err
 		}
-		keep, changed, created = s, true, true
+		keep[j], changed, created[j] = s, true, true
 		logger.Info("Created subnet", "subnet", s.ID, "cidr", s.CIDR, "gateway", s.GatewayIP)
 	}
 	for _, s := range others {
 		if err := b.deleteSubnet(ctx, logger, s); err != nil {
-			return keep.ID, changed, err
+			return ids(keep), changed, err
 		}
 		changed = true
 	}
 
-	if !created {
-		_, gw, err := parseSubnet(keep)
-		// With no pools to ask for (/31, /32), Neutron's are as good.
-		if err != nil || gw != want.Gateway || (len(pools) > 0 && !samePools(keep.AllocationPools, pools)) {
-			gateway := want.Gateway.String()
-			// The pools go with the gateway: Neutron refuses a gateway
-			// inside the pools, and the old gateway belongs in them now.
-			_, err := subnets.Update(ctx, b.client, keep.ID, subnets.UpdateOpts{
-				GatewayIP:       &gateway,
-				AllocationPools: toNeutronPools(pools),
-			}).Extract()
-			if err != nil {
-				return keep.ID, changed, wrap(err, "update gateway of subnet %s from %s to %s", keep.ID, keep.GatewayIP, gateway)
+	for j, f := range families {
+		s := keep[j]
+		if !created[j] {
+			pools := allocationPools(f.CIDR, f.Gateway)
+			_, gw, err := parseSubnet(s)
+			// With no pools to ask for (/31, /32), Neutron's are as good.
+			if err != nil || gw != f.Gateway || (len(pools) > 0 && !samePools(s.AllocationPools, pools)) {
+				gateway := f.Gateway.String()
+				// The pools go with the gateway: Neutron refuses a
+				// gateway inside the pools, and the old gateway belongs in
+				// them now.
+				_, err := subnets.Update(ctx, b.client, s.ID, subnets.UpdateOpts{
+					GatewayIP:       &gateway,
+					AllocationPools: toNeutronPools(pools),
+				}).Extract()
+				if err != nil {
+					return ids(keep), changed, wrap(err, "update gateway of subnet %s from %s to %s", s.ID, s.GatewayIP, gateway)
+				}
+				changed = true
+				logger.Info("Updated subnet", "subnet", s.ID, "oldGateway", s.GatewayIP, "gateway", gateway)
+			}
+		}
+		if tags := Tags(want.Owner); !hasTags(s.Tags, tags) {
+			if err := b.replaceTags(ctx, "subnets", s.ID, mergeTags(s.Tags, tags)); err != nil {
+				return ids(keep), changed, err
 			}
 			changed = true
-			logger.Info("Updated subnet", "subnet", keep.ID, "oldGateway", keep.GatewayIP, "gateway", gateway)
 		}
 	}
-	if tags := Tags(want.Owner); !hasTags(keep.Tags, tags) {
-		if err := b.replaceTags(ctx, "subnets", keep.ID, mergeTags(keep.Tags, tags)); err != nil {
-			return keep.ID, changed, err
-		}
-		changed = true
-	}
-	return keep.ID, changed, nil
+	return ids(keep), changed, nil
 }
 
-func (b *Backend) createSubnet(ctx context.Context, want backend.Network, netID string, pools []addrRange) (*subnets.Subnet, error) {
-	gateway := want.Gateway.String()
+// ids are the IDs of subs, up to the first nil.
+func ids(subs []*subnets.Subnet) []string {
+	var out []string
+	for _, s := range subs {
+		if s == nil {
+			break
+		}
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func (b *Backend) createSubnet(ctx context.Context, owner backend.Owner, f backend.Family, netID string) (*subnets.Subnet, error) {
+	gateway := f.Gateway.String()
 	dhcp := false // no DHCP agents are assumed; addresses come from Neutron's IPAM
 	version := gophercloud.IPv4
-	if want.CIDR.Addr().Is6() {
+	if f.CIDR.Addr().Is6() {
 		version = gophercloud.IPv6
 	}
 	s, err := subnets.Create(ctx, b.client, subnets.CreateOpts{
 		NetworkID:       netID,
-		Name:            NetworkName(want.Owner),
-		Description:     Description(want.Owner),
+		Name:            NetworkName(owner),
+		Description:     Description(owner),
 		ProjectID:       b.project,
-		CIDR:            want.CIDR.String(),
+		CIDR:            f.CIDR.String(),
 		IPVersion:       version,
 		GatewayIP:       &gateway,
-		AllocationPools: toNeutronPools(pools),
+		AllocationPools: toNeutronPools(allocationPools(f.CIDR, f.Gateway)),
 		EnableDHCP:      &dhcp,
 	}).Extract()
 	if err != nil {
-		return nil, wrap(err, "create subnet %s with gateway %s in network %s", want.CIDR, gateway, netID)
+		return nil, wrap(err, "create subnet %s with gateway %s in network %s", f.CIDR, gateway, netID)
 	}
 	return s, nil
 }
@@ -380,20 +403,36 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 			Owner:  owner,
 			Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendNeutron, NetworkID: n.ID},
 		}
-		// A network without its subnet, or with several, is left zero so
-		// that it differs from every spec and is repaired. So is one whose
-		// only subnet is untagged, which Ensure then tags.
+		// A network without subnets, with several of one IP family, or
+		// with one untagged (which Ensure then tags) is left without
+		// families, so that it differs from every spec and is repaired.
+		// The subnet is recorded where there is one: which of two is the
+		// primary is the spec's to say.
 		if len(n.Subnets) == 1 {
 			obs.Status.SubnetID = n.Subnets[0]
-			if s := byID[n.Subnets[0]]; s != nil {
-				if p, gw, err := parseSubnet(s); err == nil && p.Contains(gw) {
-					obs.CIDR, obs.Gateway = p, gw
-				}
-			}
 		}
+		obs.Families = subnetFamilies(n.Subnets, byID)
 		observed = append(observed, obs)
 	}
 	return observed, nil
+}
+
+// subnetFamilies are what the subnets of a network provide, one family per
+// subnet, or nil where they are ambiguous or not all netop's.
+func subnetFamilies(subnetIDs []string, byID map[string]*subnets.Subnet) []backend.Family {
+	var families []backend.Family
+	for _, id := range subnetIDs {
+		s := byID[id]
+		if s == nil {
+			return nil
+		}
+		p, gw, err := parseSubnet(s)
+		if err != nil || !p.Contains(gw) || slices.ContainsFunc(families, func(f backend.Family) bool { return f.CIDR.Addr().Is4() == p.Addr().Is4() }) {
+			return nil
+		}
+		families = append(families, backend.Family{CIDR: p, Gateway: gw})
+	}
+	return families
 }
 
 // listNetworks returns every page of a network list.

@@ -1,7 +1,7 @@
 // Package neutron provides Networks as OpenStack Neutron networks, so that
 // netop can give workloads in an OpenStack cloud real tenant networks: a
-// Network becomes one Neutron network with one subnet of the Network's CIDR
-// and gateway.
+// Network becomes one Neutron network with a subnet per address family of
+// the Network: its CIDR and gateway.
 //
 // The backend keeps no state of its own. What it needs to find its networks
 // again after a crash is on the networks themselves:

@@ -307,8 +307,8 @@ func TestRecreatesWhatWasDeletedByHand(t *testing.T) {
 	if _, err := subnets.Update(ctx, f.b.client, st3.SubnetID, subnets.UpdateOpts{GatewayIP: &gw, AllocationPools: []subnets.AllocationPool{{Start: "10.50.0.10", End: "10.50.0.20"}}}).Extract(); err != nil {
 		t.Fatal(err)
 	}
-	if obs := f.listOwned(t); len(obs) != 1 || obs[0].CIDR.IsValid() {
-		t.Fatalf("ListOwned with two subnets = %+v, want one network with zero CIDR", obs)
+	if obs := f.listOwned(t); len(obs) != 1 || obs[0].Families != nil {
+		t.Fatalf("ListOwned with two subnets of one family = %+v, want one network without families", obs)
 	}
 	st4 := f.ensure(t, want, &st3, backend.ActionUpdated)
 	if st4 != st3 {
@@ -498,7 +498,7 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 				t.Errorf("ListOwned returned %+v, which is no test's", o)
 				continue
 			}
-			if o.Owner != w.Owner || o.CIDR != w.CIDR || o.Gateway != w.Gateway || o.Status.NetworkID == "" || o.Status.SubnetID == "" || o.Status.Type != samplecrdv1.BackendNeutron {
+			if o.Owner != w.Owner || !o.Provides(w) || o.Status.NetworkID == "" || o.Status.SubnetID == "" || o.Status.Type != samplecrdv1.BackendNeutron {
 				t.Errorf("ListOwned: %+v, want %+v", o, w)
 			}
 		}
@@ -513,13 +513,13 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 		t.Errorf("paged list: %d networks, %v; want 21", len(nets), err)
 	}
 
-	// A network without its subnet is listed with a zero CIDR.
+	// A network without its subnet is listed without families.
 	obs := one.listOwned(t)
 	if err := subnets.Delete(testContext(t), one.b.client, obs[0].Status.SubnetID).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
 	obs = one.listOwned(t)
-	if len(obs) != 1 || obs[0].CIDR.IsValid() || obs[0].Gateway.IsValid() || obs[0].Status.SubnetID != "" {
+	if len(obs) != 1 || obs[0].Families != nil || obs[0].Status.SubnetID != "" {
 		t.Fatalf("ListOwned without subnet = %+v", obs)
 	}
 }
@@ -899,5 +899,71 @@ func BenchmarkEnsureNoop(b *testing.B) {
 	b.StopTimer()
 	if failed.Load() {
 		b.Fatal("a no-op Ensure failed or changed something")
+	}
+}
+
+// A dual-stack network is one Neutron network with a subnet per family:
+// made, left alone when it matches, listed with both families, and
+// converged when the second family is removed, moved or deleted by hand.
+// The status records the primary family's subnet.
+func TestDualStackSubnets(t *testing.T) {
+	f := newFixture(t)
+	ctx := testContext(t)
+	want := network(newOwner("dual"), "10.51.0.0/24", "10.51.0.1")
+	want.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:51::/64"), Gateway: netip.MustParseAddr("fd00:51::1")}
+	st := f.ensure(t, want, nil, backend.ActionCreated)
+	f.checkSubnet(t, st.SubnetID, "10.51.0.0/24", "10.51.0.1", "10.51.0.2-10.51.0.254")
+	v6 := func() *subnets.Subnet {
+		t.Helper()
+		_, subs := f.inProject(t)
+		var found *subnets.Subnet
+		for i := range subs {
+			if subs[i].IPVersion == 6 {
+				if found != nil {
+					t.Fatalf("two IPv6 subnets: %+v", subs)
+				}
+				found = &subs[i]
+			}
+		}
+		return found
+	}
+	if s := v6(); s == nil || s.CIDR != "fd00:51::/64" || s.GatewayIP != "fd00:51::1" || s.NetworkID != st.NetworkID || !hasTags(s.Tags, Tags(want.Owner)) {
+		t.Fatalf("IPv6 subnet %+v, want fd00:51::/64 gateway fd00:51::1 in network %s, tagged", s, st.NetworkID)
+	}
+	if again := f.ensure(t, want, &st, backend.ActionNone); again != st {
+		t.Errorf("a matching network changed its status: %+v -> %+v", st, again)
+	}
+	if obs := f.listOwned(t); len(obs) != 1 || !obs[0].Provides(want) {
+		t.Errorf("ListOwned = %+v, want one network with both families", obs)
+	}
+
+	moved := want
+	moved.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:52::/64"), Gateway: netip.MustParseAddr("fd00:52::9")}
+	if st2 := f.ensure(t, moved, &st, backend.ActionUpdated); st2 != st {
+		t.Errorf("moving the IPv6 family changed the primary's status: %+v -> %+v", st, st2)
+	}
+	if s := v6(); s == nil || s.CIDR != "fd00:52::/64" || s.GatewayIP != "fd00:52::9" {
+		t.Fatalf("IPv6 subnet after the move: %+v", s)
+	}
+
+	if err := subnets.Delete(ctx, f.b.client, v6().ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if obs := f.listOwned(t); len(obs) != 1 || obs[0].Provides(moved) {
+		t.Errorf("without its IPv6 subnet, ListOwned = %+v, as if it matched", obs)
+	}
+	f.ensure(t, moved, &st, backend.ActionUpdated)
+	if s := v6(); s == nil || s.CIDR != "fd00:52::/64" {
+		t.Fatalf("IPv6 subnet after it was deleted by hand: %+v", s)
+	}
+
+	single := want
+	single.Secondary = backend.Family{}
+	f.ensure(t, single, &st, backend.ActionUpdated)
+	if s := v6(); s != nil {
+		t.Errorf("single-stack again, an IPv6 subnet is left: %+v", s)
+	}
+	if obs := f.listOwned(t); len(obs) != 1 || !obs[0].Provides(single) || obs[0].Status.SubnetID != st.SubnetID {
+		t.Errorf("ListOwned = %+v, want the IPv4 family alone", obs)
 	}
 }

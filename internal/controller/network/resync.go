@@ -2,7 +2,6 @@ package network
 
 import (
 	"context"
-	"net/netip"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,8 +36,8 @@ func (c *Controller) resync(ctx context.Context) {
 			// The backend is the truth about what exists: a network that
 			// a crash left unrecorded still keeps overlapping Networks
 			// from building until its own sync decided about it.
-			if o.CIDR.IsValid() && !c.arbiter.Present(o.UID) {
-				c.arbiter.MayBePresent(overlap.Entry{Namespace: name.Namespace, Name: name.Name, UID: o.UID, Prefixes: []netip.Prefix{o.CIDR}})
+			if len(o.Families) > 0 && !c.arbiter.Present(o.UID) {
+				c.arbiter.MayBePresent(overlap.Entry{Namespace: name.Namespace, Name: name.Name, UID: o.UID, Prefixes: o.Prefixes()})
 			}
 			continue
 		}
@@ -85,7 +84,7 @@ func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backe
 		return !ok && !c.arbiter.Present(n.UID) && n.Status.Backend == nil
 	}
 	// A record without the cluster is adopted by the sync rewriting it.
-	built := ok && o.Cluster == c.cluster && o.CIDR == resolved.Prefix && o.Gateway == resolved.Gateway
+	built := ok && o.Cluster == c.cluster && o.Provides(backend.Network{CIDR: resolved.Prefix, Gateway: resolved.Gateway})
 	if c.agent() {
 		return built && o.VNI == c.wantVNI(n) && c.report.ReadyAt(n.UID) == n.Generation
 	}

@@ -95,7 +95,7 @@ func readyNetwork(n *samplecrdv1.Network) *samplecrdv1.Network {
 // inBackend puts n's network, as its spec says, into the backend.
 func (f *fixture) inBackend(n *samplecrdv1.Network) {
 	f.backend.Put(backend.Observed{Owner: owner(n), Status: backendtest.Status(n.UID),
-		CIDR: netip.MustParsePrefix(n.Spec.CIDR), Gateway: netip.MustParseAddr(n.Spec.Gateway)})
+		Families: []backend.Family{{CIDR: netip.MustParsePrefix(n.Spec.CIDR), Gateway: netip.MustParseAddr(n.Spec.Gateway)}}})
 }
 
 func owner(n *samplecrdv1.Network) backend.Owner {
@@ -388,8 +388,8 @@ func TestSync(t *testing.T) {
 				if ok != tt.wantInBackend {
 					t.Errorf("in backend: %v, want %v", ok, tt.wantInBackend)
 				}
-				if ok && tt.network.DeletionTimestamp == nil && (o.CIDR.String() != tt.network.Spec.CIDR || o.Gateway.String() != tt.network.Spec.Gateway) {
-					t.Errorf("backend network %s gateway %s, want the spec's %s %s", o.CIDR, o.Gateway, tt.network.Spec.CIDR, tt.network.Spec.Gateway)
+				if want := (backend.Network{CIDR: netip.MustParsePrefix(tt.network.Spec.CIDR), Gateway: netip.MustParseAddr(tt.network.Spec.Gateway)}); ok && tt.network.DeletionTimestamp == nil && !o.Provides(want) {
+					t.Errorf("backend network %+v, want the spec's %s %s", o.Families, tt.network.Spec.CIDR, tt.network.Spec.Gateway)
 				}
 			}
 		})
@@ -563,7 +563,7 @@ func TestResync(t *testing.T) {
 	f.inBackend(ok)
 	f.inBackend(changed)
 	f.backend.Put(backend.Observed{Owner: owner(changed), Status: backendtest.Status(changed.UID),
-		CIDR: netip.MustParsePrefix("10.3.0.0/16"), Gateway: netip.MustParseAddr("10.3.0.9")})
+		Families: []backend.Family{{CIDR: netip.MustParsePrefix("10.3.0.0/16"), Gateway: netip.MustParseAddr("10.3.0.9")}}})
 	orphan := network("orphan", "10.9.0.0/16", "10.9.0.1")
 	f.inBackend(orphan)
 
