@@ -21,7 +21,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
@@ -32,6 +35,7 @@ import (
 	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
 func main() {
@@ -206,10 +210,16 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 			}()
 		}
 	}
-	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath); err != nil {
-		return fmt.Errorf("printing the kubeconfig line: %w", err)
+	printKubeconfig := func() error {
+		if _, err := fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cp.KubeconfigPath); err != nil {
+			return fmt.Errorf("printing the kubeconfig line: %w", err)
+		}
+		return nil
 	}
 	if !nodeOpts.operator {
+		if err := printKubeconfig(); err != nil {
+			return err
+		}
 		logger.Info("Running without netop's operator: install it with netop manifests")
 		<-ctx.Done()
 		return nil
@@ -218,11 +228,21 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if err != nil {
 		return err
 	}
-	if len(agents) == 0 {
-		return op.Run(ctx)
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return op.Run(gctx) })
+	// The line says the cluster is usable: v1 Networks (the tutorial's)
+	// need the conversion webhook, which this start registers anew.
+	select {
+	case <-op.ConversionRegistered():
+	case <-gctx.Done():
+		return g.Wait()
+	}
+	if err := waitServesV1(gctx, cp.AdminConfig()); err != nil {
+		logger.Error(err, "v1 Networks are not served yet")
+	}
+	if err := printKubeconfig(); err != nil {
+		return errors.Join(err, g.Wait())
+	}
 	for _, o := range agents {
 		agent, err := operator.New(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName)), cp.AdminConfig(), o, nil)
 		if err != nil {
@@ -231,6 +251,21 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		g.Go(func() error { return agent.Run(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName))) })
 	}
 	return g.Wait()
+}
+
+// waitServesV1 waits until the API server reads Networks in v1, through the
+// conversion webhook the operator just registered: it takes up the CRD's
+// new webhook address a moment after the change, and a restart's stored
+// Networks would meanwhile fail to convert at the old one.
+func waitServesV1(ctx context.Context, cfg *rest.Config) error {
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.SamplecrdV1().Networks("").List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
 }
 
 // names are the nodes' names: --node-name, or with several nodes

@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
@@ -113,7 +113,7 @@ func (r *Report) ReadyAt(uid types.UID) int64 {
 }
 
 // Ready records that n is ready on the node at its generation.
-func (r *Report) Ready(n *samplecrdv1.Network) {
+func (r *Report) Ready(n *samplecrdv2.Network) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, failed := r.failed[n.UID]
@@ -126,7 +126,7 @@ func (r *Report) Ready(n *samplecrdv1.Network) {
 }
 
 // Failed records that n failed on the node.
-func (r *Report) Failed(n *samplecrdv1.Network, reason, message string) {
+func (r *Report) Failed(n *samplecrdv2.Network, reason, message string) {
 	f := netopv1alpha1.NetworkNodeFailure{Network: n.Namespace + "/" + n.Name, UID: n.UID, Generation: n.Generation, Reason: reason, Message: message}
 	r.mu.Lock()
 	defer r.mu.Unlock()

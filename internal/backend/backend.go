@@ -17,7 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // ErrInvalid is wrapped by Ensure errors that no retry can fix: the backend
@@ -143,7 +143,7 @@ func (f Family) validate() error {
 type Observed struct {
 	Owner
 	// Status identifies it, as status.backend records it.
-	Status samplecrdv1.NetworkBackendStatus
+	Status samplecrdv2.NetworkBackendStatus
 	// Families are what it provides now, one per IP family, in no
 	// particular order. They are nil when it is incomplete or ambiguous (a
 	// bridge with no address, or several of one family; a Neutron network
@@ -176,6 +176,24 @@ func (o Observed) Prefixes() []netip.Prefix {
 	return prefixes
 }
 
+// SameStatus reports whether two records of a backend network name the
+// same network: the subnets in any order, since a backend lists them in
+// its own.
+func SameStatus(a, b *samplecrdv2.NetworkBackendStatus) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Type != b.Type || a.Interface != b.Interface || a.NetworkID != b.NetworkID || len(a.SubnetIDs) != len(b.SubnetIDs) {
+		return false
+	}
+	for _, id := range a.SubnetIDs {
+		if !slices.Contains(b.SubnetIDs, id) {
+			return false
+		}
+	}
+	return true
+}
+
 // Action says what Ensure had to do.
 type Action string
 
@@ -191,7 +209,7 @@ const (
 // Result is the outcome of Ensure.
 type Result struct {
 	// Status identifies the backend network; it goes into status.backend.
-	Status samplecrdv1.NetworkBackendStatus
+	Status samplecrdv2.NetworkBackendStatus
 	Action Action
 }
 
@@ -203,15 +221,15 @@ type Result struct {
 // but uses it to find what it made.
 type Backend interface {
 	// Type is the value of status.backend.type for this backend.
-	Type() samplecrdv1.BackendType
+	Type() samplecrdv2.BackendType
 
 	// Ensure converges the backend network of want.Owner to want, creating
 	// it if it is missing, and reports what it did.
-	Ensure(ctx context.Context, want Network, recorded *samplecrdv1.NetworkBackendStatus) (Result, error)
+	Ensure(ctx context.Context, want Network, recorded *samplecrdv2.NetworkBackendStatus) (Result, error)
 
 	// Delete removes the backend network of owner. A network that is
 	// already gone is not an error.
-	Delete(ctx context.Context, owner Owner, recorded *samplecrdv1.NetworkBackendStatus) error
+	Delete(ctx context.Context, owner Owner, recorded *samplecrdv2.NetworkBackendStatus) error
 
 	// ListOwned lists every backend network that netop made, with what it
 	// provides now, in one pass: the resync diffs it against the Networks

@@ -7,10 +7,12 @@ package netspec
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var (
@@ -49,51 +51,131 @@ func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
 // Resolve checks spec and resolves it. The errors name the field and the
 // reason.
 func (rv Resolver) Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
+	return rv.resolve(spec.CIDR, spec.Gateway, cidrPath, gatewayPath)
+}
+
+// ResolveFamilies checks a v2 spec and resolves each of its families, in
+// the order of spec.cidrs: at most one IPv4 and one IPv6. The errors name
+// the item (spec.cidrs[1]) and the reason.
+func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, field.ErrorList) {
+	cidrsPath, gatewaysPath := field.NewPath("spec", "cidrs"), field.NewPath("spec", "gateways")
+	if len(spec.CIDRs) == 0 {
+		return nil, field.ErrorList{field.Required(cidrsPath, "one or two IP prefixes, such as 192.168.0.0/16")}
+	}
+	if len(spec.CIDRs) > 2 {
+		return nil, field.ErrorList{field.TooMany(cidrsPath, len(spec.CIDRs), 2)}
+	}
+	if len(spec.Gateways) > len(spec.CIDRs) {
+		return nil, field.ErrorList{field.TooMany(gatewaysPath, len(spec.Gateways), len(spec.CIDRs))}
+	}
+	families := make(Families, 0, len(spec.CIDRs))
+	for i, cidr := range spec.CIDRs {
+		gateway := ""
+		if i < len(spec.Gateways) {
+			gateway = spec.Gateways[i]
+		}
+		r, errs := rv.resolve(cidr, gateway, cidrsPath.Index(i), gatewaysPath.Index(i))
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		families = append(families, r)
+	}
+	if len(families) == 2 && families[0].Prefix.Addr().Is4() == families[1].Prefix.Addr().Is4() {
+		return nil, field.ErrorList{field.Invalid(cidrsPath, spec.CIDRs, "must be of different families: one IPv4 and one IPv6")}
+	}
+	return families, nil
+}
+
+// Families are a v2 spec's families as a backend uses them, in the order
+// of spec.cidrs: the primary first.
+type Families []Resolved
+
+// Prefixes are the families' prefixes.
+func (f Families) Prefixes() []netip.Prefix {
+	out := make([]netip.Prefix, len(f))
+	for i, r := range f {
+		out[i] = r.Prefix
+	}
+	return out
+}
+
+// CIDRs and Gateways are the families' prefixes and gateways as status
+// shows them.
+func (f Families) CIDRs() []string {
+	out := make([]string, len(f))
+	for i, r := range f {
+		out[i] = r.Prefix.String()
+	}
+	return out
+}
+
+// Gateways are the families' gateways, as status shows them.
+func (f Families) Gateways() []string {
+	out := make([]string, len(f))
+	for i, r := range f {
+		out[i] = r.Gateway.String()
+	}
+	return out
+}
+
+// String says what the families are, for messages: "10.1.0.0/16 with
+// gateway 10.1.0.1 and fd00::/64 with gateway fd00::1".
+func (f Families) String() string {
+	parts := make([]string, len(f))
+	for i, r := range f {
+		parts[i] = r.Prefix.String() + " with gateway " + r.Gateway.String()
+	}
+	return strings.Join(parts, " and ")
+}
+
+// resolve checks one family, its errors naming the fields at cidrPath and
+// gatewayPath.
+func (rv Resolver) resolve(cidr, gateway string, cidrPath, gatewayPath *field.Path) (Resolved, field.ErrorList) {
 	var r Resolved
-	if spec.CIDR == "" {
+	if cidr == "" {
 		return r, field.ErrorList{field.Required(cidrPath, "an IP prefix such as 192.168.0.0/16")}
 	}
-	prefix, err := netip.ParsePrefix(spec.CIDR)
+	prefix, err := netip.ParsePrefix(cidr)
 	if err != nil {
-		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, "must be an IPv4 or IPv6 prefix in CIDR notation, such as 192.168.0.0/16")}
+		return r, field.ErrorList{field.Invalid(cidrPath, cidr, "must be an IPv4 or IPv6 prefix in CIDR notation, such as 192.168.0.0/16")}
 	}
 	if prefix.Addr().Is4In6() {
-		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, "must not be an IPv4-mapped IPv6 prefix; write the IPv4 prefix")}
+		return r, field.ErrorList{field.Invalid(cidrPath, cidr, "must not be an IPv4-mapped IPv6 prefix; write the IPv4 prefix")}
 	}
 	r.Prefix = prefix.Masked()
 	r.Canonical = r.Prefix == prefix
 	if msg, ok := checkReserved(r.Prefix, rv.AllowReserved); !ok {
-		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, msg)}
+		return r, field.ErrorList{field.Invalid(cidrPath, cidr, msg)}
 	}
 	if !hasHostRange(r.Prefix) {
 		shortest := "/30"
 		if r.Prefix.Addr().Is6() {
 			shortest = "/126"
 		}
-		return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR,
+		return r, field.ErrorList{field.Invalid(cidrPath, cidr,
 			fmt.Sprintf("must leave room for a gateway and at least one host address: use a prefix of %s or shorter", shortest))}
 	}
 
-	if spec.Gateway == "" {
+	if gateway == "" {
 		gw, ok := FirstUsable(r.Prefix)
 		if !ok || checkGateway(r.Prefix, gw) != "" {
-			return r, field.ErrorList{field.Invalid(cidrPath, spec.CIDR, "has no usable address for a gateway")}
+			return r, field.ErrorList{field.Invalid(cidrPath, cidr, "has no usable address for a gateway")}
 		}
 		r.Gateway = gw
 		return r, nil
 	}
-	gw, err := netip.ParseAddr(spec.Gateway)
+	gw, err := netip.ParseAddr(gateway)
 	if err != nil || gw.Zone() != "" {
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, "must be an IP address, such as 192.168.0.1")}
+		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, "must be an IP address, such as 192.168.0.1")}
 	}
 	switch {
 	case gw.Is4() != r.Prefix.Addr().Is4():
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must be of the same IP family as spec.cidr %s", spec.CIDR))}
+		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, fmt.Sprintf("must be of the same IP family as %s %s", cidrPath, cidr))}
 	case !r.Prefix.Contains(gw):
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, fmt.Sprintf("must be an address inside spec.cidr %s", r.Prefix))}
+		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, fmt.Sprintf("must be an address inside %s %s", cidrPath, r.Prefix))}
 	}
 	if msg := checkGateway(r.Prefix, gw); msg != "" {
-		return r, field.ErrorList{field.Invalid(gatewayPath, spec.Gateway, msg)}
+		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, msg)}
 	}
 	r.Gateway = gw
 	return r, nil

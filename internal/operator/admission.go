@@ -27,7 +27,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/conversion"
 	"github.com/netop-dev/netop/internal/webhook/networks"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // admission is the webhook server and what it reads.
@@ -47,6 +47,9 @@ type admission struct {
 	// serving is set once the server presents its certificate: /readyz
 	// waits for it.
 	serving atomic.Bool
+	// conversionRegistered is closed once the conversion webhook is
+	// registered with this server's address and CA.
+	conversionRegistered chan struct{}
 }
 
 // admissionStartWait is how long an admission request that arrives before
@@ -79,7 +82,7 @@ func newAdmission(ctx context.Context, o *Options, cfg *rest.Config, kube kubern
 	if o.WebhookCertDir != "" {
 		store = webhook.FileStore{Dir: o.WebhookCertDir}
 	}
-	a := &admission{opts: o, kube: kube, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs(), synced: make(chan struct{})}
+	a := &admission{opts: o, kube: kube, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l, cidrs: networks.NewCIDRs(), synced: make(chan struct{}), conversionRegistered: make(chan struct{})}
 	if err := a.cidrs.Watch(networkInformer); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("watching Networks for the overlap check: %w", err)
@@ -118,7 +121,8 @@ func templateInformers(kube kubernetes.Interface, resync time.Duration) kubeinfo
 
 // run gets the certificate, serves, and registers the conversion webhook
 // at once, since converting needs no cache and the API server needs it to
-// serve v2 at all; it registers the admission webhooks once the caches
+// serve v1 at all, and v2 for objects still stored as v1, which netop's own
+// caches read; it registers the admission webhooks once the caches
 // they answer from are synced (synced is closed), and from then on renews
 // the certificate, registering both again. A stop at any point is a clean
 // stop.
@@ -145,6 +149,7 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	if err := webhook.RegisterConversion(ctx, a.crds, NetworkCRD, target, PathConvert, a.certs.CABundle()); err != nil {
 		return stopped(ctx, err)
 	}
+	close(a.conversionRegistered)
 	select {
 	case <-ctx.Done():
 		return nil

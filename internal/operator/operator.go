@@ -53,7 +53,7 @@ import (
 	"github.com/netop-dev/netop/internal/version"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if be == nil {
-		if o.Role == RoleController && o.Backend == string(samplecrdv1.BackendLinux) {
+		if o.Role == RoleController && o.Backend == string(samplecrdv2.BackendLinux) {
 			be = agents.Backend{}
 		} else if be, op.close, err = NewBackend(ctx, o); err != nil {
 			return nil, err
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(trimPod))
 	// Allocation waits on the API server (one PATCH per pod), not on the
 	// CPU: more workers than the controllers that work (BENCHMARKS.md).
-	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V1().Networks(), recorder, op.metrics,
+	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V2().Networks(), recorder, op.metrics,
 		podnet.Options{Workers: 4 * o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes},
 			UsageChanged: func(name cache.ObjectName) { op.controller.UsageChanged(name) }})
 	if err != nil {
@@ -212,7 +212,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 			return fail(err)
 		}
 	}
-	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
+	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V2().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
 			Addresses: op.podnet, Nodes: nodes})
 	if err != nil {
@@ -240,7 +240,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		if err != nil {
 			return fail(err)
 		}
-		op.deploymentNetworks, err = deploynet.New(ctx, client, kube, op.kubeFactory.Apps().V1().Deployments(), op.factory.Samplecrd().V1().Networks(),
+		op.deploymentNetworks, err = deploynet.New(ctx, client, kube, op.kubeFactory.Apps().V1().Deployments(), op.factory.Samplecrd().V2().Networks(),
 			recorder, op.metrics, deploynet.Options{Workers: o.Workers, Pool: pool})
 		if err != nil {
 			return fail(err)
@@ -256,7 +256,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if o.webhooksEnabled() {
-		op.admission, err = newAdmission(ctx, o, cfg, kube, op.templates, op.factory.Samplecrd().V1().Networks().Informer(), op.podnet, recorder, op.metrics)
+		op.admission, err = newAdmission(ctx, o, cfg, kube, op.templates, op.factory.Samplecrd().V2().Networks().Informer(), op.podnet, recorder, op.metrics)
 		if err != nil {
 			return fail(err)
 		}
@@ -290,7 +290,7 @@ func (op *Operator) newAgent(ctx context.Context, cfg *rest.Config, client versi
 		return err
 	}
 	var err error
-	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V1().Networks(), op.backend, recorder, op.metrics,
+	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V2().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
 			Report: op.report, Overlay: o.overlay != nil})
 	if err != nil || o.overlay == nil {
@@ -427,7 +427,7 @@ func (op *Operator) newNADController(ctx context.Context, cfg *rest.Config, kube
 	// All of them, not only netop's: one a user made under a Network's
 	// name must be seen to be left alone.
 	op.nads = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, op.opts.Resync, op.opts.Namespace, nil)
-	return nad.New(ctx, dyn, op.factory.Samplecrd().V1().Networks(), op.nads.ForResource(nad.Resource), recorder, op.metrics,
+	return nad.New(ctx, dyn, op.factory.Samplecrd().V2().Networks(), op.nads.ForResource(nad.Resource), recorder, op.metrics,
 		nad.Options{Workers: op.opts.Workers, Kubeconfig: op.opts.CNIKubeconfig, DataDir: op.opts.CNIDataDir})
 }
 
@@ -464,7 +464,7 @@ func clusterID(ctx context.Context, kube kubernetes.Interface, flag string) (str
 // NewBackend makes the backend the options name, and the function that
 // releases it.
 func NewBackend(ctx context.Context, o *Options) (backend.Backend, func(), error) {
-	if o.Backend == string(samplecrdv1.BackendNeutron) {
+	if o.Backend == string(samplecrdv2.BackendNeutron) {
 		nb, err := neutronbackend.New(ctx, neutronbackend.Config{Endpoint: o.NeutronEndpoint, ProjectID: o.NeutronProject, Cloud: o.NeutronCloud})
 		if err != nil {
 			return nil, nil, err
@@ -640,11 +640,23 @@ func (c *components) run(name string, f func(context.Context) error) {
 
 func (c *components) wait() error { return c.g.Wait() }
 
+// ConversionRegistered is closed once this operator's conversion webhook
+// is registered on the Network CRD: from then on v1 clients are served. An
+// operator without webhooks registers none, and its channel is closed.
+func (op *Operator) ConversionRegistered() <-chan struct{} {
+	if op.admission == nil {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return op.admission.conversionRegistered
+}
+
 // waitSynced records the startup phases, makes /readyz ready and closes
 // synced once every cache is synced and the Network controller has been
 // handed the whole initial list.
 func (op *Operator) waitSynced(ctx context.Context, synced chan<- struct{}) error {
-	if !cache.WaitFor(ctx, "", op.factory.Samplecrd().V1().Networks().Informer().HasSyncedChecker()) {
+	if !cache.WaitFor(ctx, "", op.factory.Samplecrd().V2().Networks().Informer().HasSyncedChecker()) {
 		return nil // stopped
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())

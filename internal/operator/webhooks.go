@@ -17,7 +17,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook/pods"
 	"github.com/netop-dev/netop/internal/webhook/workloads"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // WebhookConfigurationName names both of netop's webhook configurations.

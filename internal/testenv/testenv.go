@@ -11,7 +11,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -20,9 +22,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +40,9 @@ import (
 	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/conversion"
+	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -43,6 +50,11 @@ import (
 // Env is the control plane of a test binary and clients for it.
 type Env struct {
 	ControlPlane *controlplane.ControlPlane
+	// Conversion is the test binary's own conversion webhook for Networks,
+	// registered on the CRD at start, as netop registers its own: clients
+	// of v1 need it, v2 being the storage version, in every test,
+	// whether or not an operator serving the webhooks runs.
+	Conversion *ConversionServer
 	// Config has full rights and generous rate limits.
 	Config *rest.Config
 	Kube   kubernetes.Interface
@@ -91,8 +103,14 @@ func start() (*Env, error) {
 	if err := install.CRDs(ctx, cfg); err != nil {
 		return nil, err
 	}
+	conversion, err := ServeConversion(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, conversion.Close)
 	env := &Env{
 		ControlPlane: cp,
+		Conversion:   conversion,
 		Config:       cfg,
 		Kube:         kubernetes.NewForConfigOrDie(cfg),
 		Netop:        versioned.NewForConfigOrDie(cfg),
@@ -108,6 +126,40 @@ func start() (*Env, error) {
 	}
 	return env, nil
 }
+
+// ConversionServer serves Networks' conversion webhook from the test
+// process over HTTPS (httptest's certificate), with netop's converter.
+type ConversionServer struct {
+	server *httptest.Server
+	crds   apiextensionsclient.Interface
+}
+
+// ServeConversion starts a conversion webhook and registers it on the
+// Network CRD of the API server at cfg.
+func ServeConversion(ctx context.Context, cfg *rest.Config) (*ConversionServer, error) {
+	scheme := runtime.NewScheme()
+	samplecrdinstall.Install(scheme)
+	crds, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &ConversionServer{server: httptest.NewTLSServer(conversion.Converter{Scheme: scheme}.Handler(ctx)), crds: crds}
+	if err := c.Register(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Register points the CRD at this server again: after a test's operator,
+// which registers its own, stopped.
+func (c *ConversionServer) Register(ctx context.Context) error {
+	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.server.Certificate().Raw})
+	return webhook.RegisterConversion(ctx, c.crds, operator.NetworkCRD, webhook.Target{URL: c.server.URL}, operator.PathConvert, caBundle)
+}
+
+// Close stops the server.
+func (c *ConversionServer) Close() { c.server.Close() }
 
 // Get returns the test binary's environment, starting it on first use.
 func Get(t testing.TB) *Env {
@@ -174,7 +226,23 @@ func StartOperator(t testing.TB, cfg *rest.Config, opts *operator.Options, be ba
 	if err != nil {
 		t.Fatal(err)
 	}
-	return op, RunOperator(t, ctx, op)
+	run := RunOperator(t, ctx, op)
+	if opts.WebhookAddr == "0" || shared == nil {
+		return op, run
+	}
+	// The operator registers its own conversion webhook, which goes with
+	// it: the test binary's takes over again.
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			run()
+			if err := shared.Conversion.Register(context.WithoutCancel(ctx)); err != nil {
+				t.Errorf("registering the test's conversion webhook again: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return op, stop
 }
 
 // RunOperator runs op until the test ends or stop is called; stop waits
@@ -299,6 +367,12 @@ func ApplyManifests(ctx context.Context, cfg *rest.Config, manifests []byte) err
 			return err
 		}
 		gvk := obj.GroupVersionKind()
+		if gvk.Kind == "CustomResourceDefinition" {
+			// The conversion webhook stays the test binary's: the
+			// manifests name the Service of a cluster, which tests reach
+			// by URL instead.
+			unstructured.RemoveNestedField(obj.Object, "spec", "conversion")
+		}
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)

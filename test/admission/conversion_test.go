@@ -113,9 +113,10 @@ func TestDualStackIsRefusedNamingTheField(t *testing.T) {
 }
 
 // With the conversion webhook unreachable, reading or writing Networks in
-// the version that needs it fails with an error that says so, the storage
-// version still works, and nothing is lost: once the webhook is back, v2
-// reads what was written meanwhile.
+// v1, which needs it, fails with an error that says so; v2, the storage
+// version and the one netop reads, still reads; and nothing is lost: once
+// the webhook is back, v1 reads what was there, and a v1 create refused
+// meanwhile left nothing behind.
 func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
@@ -133,6 +134,7 @@ func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("kept", "10.123.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	env.WaitReady(t, ns, "kept", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
 
 	// A port nothing listens on.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,40 +155,37 @@ func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	t.Cleanup(func() { setURL(*conv.Webhook.ClientConfig.URL) })
 
 	// The API server picks the CRD change up asynchronously: poll until a
-	// v2 read fails.
-	var v2Err error
+	// v1 read fails.
+	var v1Err error
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		_, v2Err = env.Netop.SamplecrdV2().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
-		return v2Err != nil, "v2 reads still work with the conversion webhook down"
+		_, v1Err = env.Netop.SamplecrdV1().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
+		return v1Err != nil, "v1 reads still work with the conversion webhook down"
 	})
-	if !strings.Contains(v2Err.Error(), "conversion webhook") {
-		t.Errorf("v2 read with the webhook down: %q, want an error naming the conversion webhook", v2Err)
+	if !strings.Contains(v1Err.Error(), "conversion webhook") {
+		t.Errorf("v1 read with the webhook down: %q, want an error naming the conversion webhook", v1Err)
 	}
-	kept, err := env.Netop.SamplecrdV1().Networks(ns).Get(t.Context(), "kept", metav1.GetOptions{})
+	kept, err := env.Netop.SamplecrdV2().Networks(ns).Get(t.Context(), "kept", metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("v1, the storage version, must not need the webhook: %v", err)
+		t.Fatalf("v2, the storage version, must not need the webhook: %v", err)
 	}
-	kept.Labels = map[string]string{"written": "while-down"}
-	if _, err := env.Netop.SamplecrdV1().Networks(ns).Update(t.Context(), kept, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("v1 update with the conversion webhook down: %v", err)
+	if !slices.Equal(kept.Spec.CIDRs, []string{"10.123.0.0/24"}) || !slices.Equal(kept.Status.CIDRs, []string{"10.123.0.0/24"}) {
+		t.Errorf("v2 read with the webhook down: spec %+v status cidrs %v", kept.Spec, kept.Status.CIDRs)
 	}
-	if _, err := env.Netop.SamplecrdV2().Networks(ns).Create(t.Context(), &samplecrdv2.Network{
-		ObjectMeta: metav1.ObjectMeta{Name: "refused"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.124.0.0/24"}},
-	}, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "conversion webhook") {
-		t.Errorf("v2 create with the webhook down: %v, want an error naming the conversion webhook", err)
+	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("refused", "10.124.0.0/24", ""), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "conversion webhook") {
+		t.Errorf("v1 create with the webhook down: %v, want an error naming the conversion webhook", err)
 	}
 
 	setURL(*conv.Webhook.ClientConfig.URL)
-	var v2 *samplecrdv2.Network
+	var v1 *samplecrdv1.Network
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		v2, err = env.Netop.SamplecrdV2().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
-		return err == nil, fmt.Sprintf("v2 reads after the outage: %v", err)
+		v1, err = env.Netop.SamplecrdV1().Networks(ns).Get(ctx, "kept", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("v1 reads after the outage: %v", err)
 	})
-	if v2.Labels["written"] != "while-down" || !slices.Equal(v2.Spec.CIDRs, []string{"10.123.0.0/24"}) {
-		t.Errorf("after the outage v2 reads labels %v, cidrs %v", v2.Labels, v2.Spec.CIDRs)
+	if v1.Spec.CIDR != "10.123.0.0/24" || v1.Status.CIDR != "10.123.0.0/24" {
+		t.Errorf("after the outage v1 reads spec %+v, status cidr %s", v1.Spec, v1.Status.CIDR)
 	}
-	if _, err := env.Netop.SamplecrdV1().Networks(ns).Get(t.Context(), "refused", metav1.GetOptions{}); err == nil {
-		t.Error("the v2 create refused during the outage exists")
+	if _, err := env.Netop.SamplecrdV2().Networks(ns).Get(t.Context(), "refused", metav1.GetOptions{}); err == nil {
+		t.Error("the v1 create refused during the outage exists")
 	}
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -170,6 +171,9 @@ type bench struct {
 	// netns prefixes the network namespaces made, netnses.
 	netns   string
 	netnses []string
+	// conversion serves Networks' conversion webhook while no netop with
+	// webhooks does: the bench writes v1, the storage version is v2.
+	conversion *testenv.ConversionServer
 }
 
 func run(c config) error {
@@ -196,9 +200,14 @@ func run(c config) error {
 	if err := install.CRDs(ctx, admin); err != nil {
 		return err
 	}
+	conversion, err := testenv.ServeConversion(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conversion.Close()
 	b := &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
 		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
-		netns: fmt.Sprintf("netop-bench-%d", os.Getpid())}
+		netns: fmt.Sprintf("netop-bench-%d", os.Getpid()), conversion: conversion}
 	defer func() {
 		for _, ns := range b.netnses {
 			_ = nettest.DeleteNetns(ns)
@@ -459,6 +468,8 @@ type controllerArgs struct {
 type child struct {
 	cmd         *exec.Cmd
 	metricsAddr string
+	// stopped runs once the child is gone.
+	stopped func()
 }
 
 func (b *bench) startController(a controllerArgs) (*child, error) {
@@ -499,6 +510,14 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 		return nil, err
 	}
 	c := &child{cmd: cmd, metricsAddr: addr}
+	if a.webhooks {
+		// It registered its own conversion webhook, which goes with it.
+		c.stopped = func() {
+			if err := b.conversion.Register(context.Background()); err != nil {
+				fmt.Fprintf(os.Stderr, "registering the bench's conversion webhook again: %v\n", err)
+			}
+		}
+	}
 	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -529,6 +548,9 @@ func (c *child) stop() (cpu, system, rssMiB float64) {
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	_ = c.cmd.Wait()
+	if c.stopped != nil {
+		c.stopped()
+	}
 	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		system = time.Duration(ru.Stime.Nano()).Seconds()

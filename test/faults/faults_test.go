@@ -39,6 +39,14 @@ func controlPlane(t *testing.T, dir string) *controlplane.ControlPlane {
 		cp.Stop()
 		t.Fatal(err)
 	}
+	// v1 clients need the conversion webhook; the operators here have
+	// their webhooks off.
+	conversion, err := testenv.ServeConversion(context.Background(), cfg)
+	if err != nil {
+		cp.Stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(conversion.Close)
 	return cp
 }
 

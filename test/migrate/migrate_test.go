@@ -18,9 +18,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -93,9 +95,18 @@ func TestStorageMigrationToV2(t *testing.T) {
 	ctx := t.Context()
 	crds := apiextensionsclient.NewForConfigOrDie(env.Config)
 
-	// The CRD as it was before v2 existed.
+	// The CRD as it was before v2 existed, made anew: the test binary's
+	// has v2 already.
+	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, operator.NetworkCRD, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, operator.NetworkCRD, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("the CRD is not gone yet: %v", err)
+	})
 	old := networkCRD(t, func(crd *apiextensionsv1.CustomResourceDefinition) {
 		crd.Spec.Versions = slices.DeleteFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name != "v1" })
+		crd.Spec.Versions[0].Storage = true
 		crd.Spec.Conversion = nil
 	})
 	if err := install.ApplyCRDs(ctx, env.Config, old); err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/capability"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var (
@@ -134,8 +134,8 @@ func (b *Backend) Close() {
 	})
 }
 
-// Type is samplecrdv1.BackendLinux.
-func (b *Backend) Type() samplecrdv1.BackendType { return samplecrdv1.BackendLinux }
+// Type is samplecrdv2.BackendLinux.
+func (b *Backend) Type() samplecrdv2.BackendType { return samplecrdv2.BackendLinux }
 
 func checkNetAdmin() error {
 	has, err := capability.Has(capability.NetAdmin)

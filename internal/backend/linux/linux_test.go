@@ -27,7 +27,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/nettest"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // eventTimeout bounds waits for netlink notifications, which normally
@@ -113,8 +113,8 @@ func (e *testEnv) ensure(t *testing.T, want backend.Network, wantAction backend.
 	if res.Action != wantAction {
 		t.Errorf("Ensure(%s, %s gw %s) action = %q, want %q", want.Name, want.CIDR, want.Gateway, res.Action, wantAction)
 	}
-	wantStatus := samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(want.UID)}
-	if res.Status != wantStatus {
+	wantStatus := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(want.UID)}
+	if !backend.SameStatus(&res.Status, &wantStatus) {
 		t.Errorf("status = %+v, want %+v", res.Status, wantStatus)
 	}
 }
@@ -596,7 +596,7 @@ func TestDelete(t *testing.T) {
 	// A recorded interface that is not ours, such as one written into the
 	// status by hand, is never deleted.
 	e.addNonBridge(t, "eth-lab", "")
-	recorded := &samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: "eth-lab"}
+	recorded := &samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: "eth-lab"}
 	if err := e.b.Delete(ctx, want.Owner, recorded); err != nil {
 		t.Errorf("Delete of foreign recorded interface: %v", err)
 	}
@@ -623,7 +623,7 @@ func TestListOwned(t *testing.T) {
 	}
 	observed := func(n backend.Network) backend.Observed {
 		return backend.Observed{Owner: n.Owner, Families: n.Families(),
-			Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(n.UID)}}
+			Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(n.UID)}}
 	}
 	key := func(o backend.Observed) string { return string(o.UID) }
 	slices.SortFunc(got, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
@@ -670,7 +670,7 @@ func TestListOwnedIPv4LinkLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantObs := backend.Observed{Owner: want.Owner, Families: want.Families(),
-		Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: BridgeName(want.UID)}}
+		Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(want.UID)}}
 	if !reflect.DeepEqual(got, []backend.Observed{wantObs}) {
 		t.Errorf("ListOwned = %+v, want [%+v]", got, wantObs)
 	}

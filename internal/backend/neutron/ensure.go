@@ -13,14 +13,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Ensure converges the network of want.Owner. When recorded names a network
 // that is still owner's, a network that matches costs two requests: the
 // network and its subnets.
-func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus) (backend.Result, error) {
-	res := backend.Result{Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendNeutron}}
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv2.NetworkBackendStatus) (backend.Result, error) {
+	res := backend.Result{Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron}}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -60,14 +60,12 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 			return res, wrap(err, "list subnets of network %s", net.ID)
 		}
 	}
-	recordedSubnet := ""
+	var recordedSubnets []string
 	if recorded != nil && recorded.NetworkID == net.ID {
-		recordedSubnet = recorded.SubnetID
+		recordedSubnets = recorded.SubnetIDs
 	}
-	subnetIDs, subnetChanged, err := b.convergeSubnets(ctx, logger, want, net.ID, subs, recordedSubnet)
-	if len(subnetIDs) > 0 {
-		res.Status.SubnetID = subnetIDs[0]
-	}
+	subnetIDs, subnetChanged, err := b.convergeSubnets(ctx, logger, want, net.ID, subs, recordedSubnets)
+	res.Status.SubnetIDs = subnetIDs
 	if (changed || subnetChanged) && res.Action == backend.ActionNone {
 		res.Action = backend.ActionUpdated
 	}
@@ -83,7 +81,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 // findNetwork returns owner's network: the recorded one if it is still
 // owner's, else the one its tags or description say is owner's (made by a
 // netop that died before recording it), else nil.
-func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) (*networks.Network, error) {
+func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) (*networks.Network, error) {
 	if recorded != nil && recorded.NetworkID != "" {
 		n, err := networks.Get(ctx, b.client, recorded.NetworkID).Extract()
 		switch {
@@ -172,9 +170,10 @@ func (b *Backend) createNetwork(ctx context.Context, owner backend.Owner) (*netw
 }
 
 // convergeSubnets makes subs, the subnets of network netID, exactly one
-// subnet per family of want, and returns their IDs, the primary family's
-// first, and whether anything changed.
-func (b *Backend) convergeSubnets(ctx context.Context, logger klog.Logger, want backend.Network, netID string, subs []subnets.Subnet, recordedID string) ([]string, bool, error) {
+// subnet per family of want, and returns their IDs, in the order of the
+// families, and whether anything changed. Of several subnets of one
+// family's CIDR, a recorded one is kept.
+func (b *Backend) convergeSubnets(ctx context.Context, logger klog.Logger, want backend.Network, netID string, subs []subnets.Subnet, recorded []string) ([]string, bool, error) {
 	families := want.Families()
 	keep := make([]*subnets.Subnet, len(families))
 	var others []*subnets.Subnet
@@ -182,7 +181,7 @@ func (b *Backend) convergeSubnets(ctx context.Context, logger klog.Logger, want 
 		s := &subs[i]
 		p, _, err := parseSubnet(s)
 		j := slices.IndexFunc(families, func(f backend.Family) bool { return err == nil && f.CIDR == p })
-		if j >= 0 && (keep[j] == nil || s.ID == recordedID) {
+		if j >= 0 && (keep[j] == nil || slices.Contains(recorded, s.ID)) {
 			if keep[j] != nil {
 				others = append(others, keep[j])
 			}
@@ -314,7 +313,7 @@ func (b *Backend) replaceTags(ctx context.Context, kind, id string, tags []strin
 
 // Delete removes owner's network with its subnets: the recorded one and any
 // other that is owner's. A network that is not owner's is never deleted.
-func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv1.NetworkBackendStatus) error {
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -401,16 +400,14 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 		}
 		obs := backend.Observed{
 			Owner:  owner,
-			Status: samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendNeutron, NetworkID: n.ID},
+			Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: n.ID},
 		}
 		// A network without subnets, with several of one IP family, or
 		// with one untagged (which Ensure then tags) is left without
 		// families, so that it differs from every spec and is repaired.
-		// The subnet is recorded where there is one: which of two is the
-		// primary is the spec's to say.
-		if len(n.Subnets) == 1 {
-			obs.Status.SubnetID = n.Subnets[0]
-		}
+		// The subnets are in Neutron's order: which is the primary is the
+		// spec's to say (backend.SameStatus compares them as a set).
+		obs.Status.SubnetIDs = slices.Clone(n.Subnets)
 		obs.Families = subnetFamilies(n.Subnets, byID)
 		observed = append(observed, obs)
 	}

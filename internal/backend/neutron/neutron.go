@@ -39,7 +39,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -161,8 +161,8 @@ func noauthClient(endpoint string, httpClient http.Client) (*gophercloud.Service
 	}, nil
 }
 
-// Type is samplecrdv1.BackendNeutron.
-func (b *Backend) Type() samplecrdv1.BackendType { return samplecrdv1.BackendNeutron }
+// Type is samplecrdv2.BackendNeutron.
+func (b *Backend) Type() samplecrdv2.BackendType { return samplecrdv2.BackendNeutron }
 
 // Endpoint is the URL of the Neutron API in use.
 func (b *Backend) Endpoint() string { return b.client.Endpoint }

@@ -29,7 +29,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/neutrontest"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestMain(m *testing.M) { os.Exit(neutrontest.Main(m)) }
@@ -115,7 +115,31 @@ func network(owner backend.Owner, cidr, gw string) backend.Network {
 	return backend.Network{Owner: owner, CIDR: netip.MustParsePrefix(cidr), Gateway: netip.MustParseAddr(gw)}
 }
 
-func (f *fixture) ensure(t testing.TB, want backend.Network, recorded *samplecrdv1.NetworkBackendStatus, action backend.Action) samplecrdv1.NetworkBackendStatus {
+// record is what Ensure records, comparable: the network and its subnets,
+// SubnetID the primary family's.
+type record struct {
+	NetworkID, SubnetID string
+	subnets             string
+}
+
+func statusRecord(s samplecrdv2.NetworkBackendStatus) record {
+	r := record{NetworkID: s.NetworkID, subnets: strings.Join(s.SubnetIDs, ",")}
+	if len(s.SubnetIDs) > 0 {
+		r.SubnetID = s.SubnetIDs[0]
+	}
+	return r
+}
+
+// status is r as status.backend holds it.
+func (r record) status() *samplecrdv2.NetworkBackendStatus {
+	s := &samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: r.NetworkID}
+	if r.subnets != "" {
+		s.SubnetIDs = strings.Split(r.subnets, ",")
+	}
+	return s
+}
+
+func (f *fixture) ensure(t testing.TB, want backend.Network, recorded *samplecrdv2.NetworkBackendStatus, action backend.Action) record {
 	t.Helper()
 	res, err := f.b.Ensure(testContext(t), want, recorded)
 	if err != nil {
@@ -125,10 +149,10 @@ func (f *fixture) ensure(t testing.TB, want backend.Network, recorded *samplecrd
 		t.Fatalf("Ensure(%s %s gw %s) action = %q, want %q", want.Name, want.CIDR, want.Gateway, res.Action, action)
 	}
 	s := res.Status
-	if s.Type != samplecrdv1.BackendNeutron || s.NetworkID == "" || s.SubnetID == "" || s.Interface != "" {
+	if s.Type != samplecrdv2.BackendNeutron || s.NetworkID == "" || len(s.SubnetIDs) != len(want.Families()) || s.Interface != "" {
 		t.Fatalf("Ensure status = %+v", s)
 	}
-	return s
+	return statusRecord(s)
 }
 
 // inProject lists what Neutron has in the fixture's project, bypassing the
@@ -214,7 +238,7 @@ func TestEnsureNoopRequests(t *testing.T) {
 	st := f.ensure(t, want, nil, backend.ActionCreated)
 
 	mark := f.count.mark()
-	again := f.ensure(t, want, &st, backend.ActionNone)
+	again := f.ensure(t, want, st.status(), backend.ActionNone)
 	reqs := f.count.since(mark)
 	if again != st {
 		t.Errorf("status %+v, want %+v", again, st)
@@ -237,12 +261,12 @@ func TestWalkthrough(t *testing.T) {
 	st := f.ensure(t, network(owner, "192.168.0.0/16", "192.168.0.1"), nil, backend.ActionCreated)
 	f.checkSubnet(t, st.SubnetID, "192.168.0.0/16", "192.168.0.1", "192.168.0.2-192.168.255.254")
 
-	st2 := f.ensure(t, network(owner, "192.168.0.0/16", "192.168.1.1"), &st, backend.ActionUpdated)
+	st2 := f.ensure(t, network(owner, "192.168.0.0/16", "192.168.1.1"), st.status(), backend.ActionUpdated)
 	if st2 != st {
 		t.Fatalf("gateway change: status %+v, want the same IDs %+v", st2, st)
 	}
 	f.checkSubnet(t, st.SubnetID, "192.168.0.0/16", "192.168.1.1", "192.168.0.1-192.168.1.0", "192.168.1.2-192.168.255.254")
-	f.ensure(t, network(owner, "192.168.0.0/16", "192.168.1.1"), &st2, backend.ActionNone)
+	f.ensure(t, network(owner, "192.168.0.0/16", "192.168.1.1"), st2.status(), backend.ActionNone)
 
 	steps := []struct{ cidr, gw, pool string }{
 		{"10.0.0.0/24", "10.0.0.1", "10.0.0.2-10.0.0.254"},
@@ -252,7 +276,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 	for _, step := range steps {
 		prev := st2
-		st2 = f.ensure(t, network(owner, step.cidr, step.gw), &prev, backend.ActionUpdated)
+		st2 = f.ensure(t, network(owner, step.cidr, step.gw), prev.status(), backend.ActionUpdated)
 		if st2.NetworkID != prev.NetworkID || st2.SubnetID == prev.SubnetID {
 			t.Fatalf("CIDR change to %s: status %+v, want network %s and a new subnet", step.cidr, st2, prev.NetworkID)
 		}
@@ -265,7 +289,7 @@ func TestWalkthrough(t *testing.T) {
 		}
 	}
 
-	if err := f.b.Delete(testContext(t), owner, &st2); err != nil {
+	if err := f.b.Delete(testContext(t), owner, st2.status()); err != nil {
 		t.Fatal(err)
 	}
 	if nets, subs := f.inProject(t); len(nets)+len(subs) != 0 {
@@ -282,7 +306,7 @@ func TestRecreatesWhatWasDeletedByHand(t *testing.T) {
 	if err := networks.Delete(ctx, f.b.client, st.NetworkID).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
-	st2 := f.ensure(t, want, &st, backend.ActionCreated)
+	st2 := f.ensure(t, want, st.status(), backend.ActionCreated)
 	if st2.NetworkID == st.NetworkID || st2.SubnetID == st.SubnetID {
 		t.Fatalf("after the network was deleted: %+v, want new IDs", st2)
 	}
@@ -291,7 +315,7 @@ func TestRecreatesWhatWasDeletedByHand(t *testing.T) {
 	if err := subnets.Delete(ctx, f.b.client, st2.SubnetID).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
-	st3 := f.ensure(t, want, &st2, backend.ActionUpdated)
+	st3 := f.ensure(t, want, st2.status(), backend.ActionUpdated)
 	if st3.NetworkID != st2.NetworkID || st3.SubnetID == st2.SubnetID {
 		t.Fatalf("after the subnet was deleted: %+v, want network %s and a new subnet", st3, st2.NetworkID)
 	}
@@ -310,7 +334,7 @@ func TestRecreatesWhatWasDeletedByHand(t *testing.T) {
 	if obs := f.listOwned(t); len(obs) != 1 || obs[0].Families != nil {
 		t.Fatalf("ListOwned with two subnets of one family = %+v, want one network without families", obs)
 	}
-	st4 := f.ensure(t, want, &st3, backend.ActionUpdated)
+	st4 := f.ensure(t, want, st3.status(), backend.ActionUpdated)
 	if st4 != st3 {
 		t.Fatalf("status %+v, want %+v", st4, st3)
 	}
@@ -318,7 +342,7 @@ func TestRecreatesWhatWasDeletedByHand(t *testing.T) {
 	if _, err := subnets.Get(ctx, f.b.client, extra.ID).Extract(); !isNotFound(err) {
 		t.Fatalf("extra subnet: %v, want 404", err)
 	}
-	f.ensure(t, want, &st4, backend.ActionNone)
+	f.ensure(t, want, st4.status(), backend.ActionNone)
 }
 
 // TestAdoption covers a netop that died after creating a network but before
@@ -337,7 +361,7 @@ func TestAdoption(t *testing.T) {
 	}
 	t.Logf("adoption took %d requests", len(f.count.since(mark)))
 	// A stale recorded ID is no better than none.
-	stale := samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendNeutron, NetworkID: "2b0e0d5e-0000-4000-8000-000000000000"}
+	stale := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: "2b0e0d5e-0000-4000-8000-000000000000"}
 	if again = f.ensure(t, want, &stale, backend.ActionNone); again != st {
 		t.Fatalf("with a stale ID: %+v, want %+v", again, st)
 	}
@@ -395,7 +419,7 @@ func TestNeverTouchesOthers(t *testing.T) {
 
 	ownerB := newOwner("b")
 	for _, recorded := range []string{a.NetworkID, foreign.ID} {
-		rec := samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendNeutron, NetworkID: recorded}
+		rec := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: recorded}
 		b := f.ensure(t, network(ownerB, "10.70.0.0/24", "10.70.0.1"), &rec, backend.ActionCreated)
 		if b.NetworkID == recorded {
 			t.Fatalf("Ensure took over network %s", recorded)
@@ -422,7 +446,7 @@ func TestClusterOwnership(t *testing.T) {
 	st := f.ensure(t, network(legacy, "10.71.0.0/24", "10.71.0.1"), nil, backend.ActionCreated)
 	adopter := legacy
 	adopter.Cluster = "cluster-a"
-	if got := f.ensure(t, network(adopter, "10.71.0.0/24", "10.71.0.1"), &st, backend.ActionUpdated); got != st {
+	if got := f.ensure(t, network(adopter, "10.71.0.0/24", "10.71.0.1"), st.status(), backend.ActionUpdated); got != st {
 		t.Fatalf("adoption made %+v, want %+v", got, st)
 	}
 	n, err := networks.Get(ctx, f.b.client, st.NetworkID).Extract()
@@ -435,11 +459,11 @@ func TestClusterOwnership(t *testing.T) {
 
 	other := adopter
 	other.Cluster = "cluster-b"
-	got := f.ensure(t, network(other, "10.71.0.0/24", "10.71.0.1"), &st, backend.ActionCreated)
+	got := f.ensure(t, network(other, "10.71.0.0/24", "10.71.0.1"), st.status(), backend.ActionCreated)
 	if got.NetworkID == st.NetworkID {
 		t.Fatal("another cluster took the network over")
 	}
-	if err := f.b.Delete(ctx, other, &st); err != nil {
+	if err := f.b.Delete(ctx, other, st.status()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := networks.Get(ctx, f.b.client, st.NetworkID).Extract(); err != nil {
@@ -498,7 +522,7 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 				t.Errorf("ListOwned returned %+v, which is no test's", o)
 				continue
 			}
-			if o.Owner != w.Owner || !o.Provides(w) || o.Status.NetworkID == "" || o.Status.SubnetID == "" || o.Status.Type != samplecrdv1.BackendNeutron {
+			if o.Owner != w.Owner || !o.Provides(w) || o.Status.NetworkID == "" || len(o.Status.SubnetIDs) != 1 || o.Status.Type != samplecrdv2.BackendNeutron {
 				t.Errorf("ListOwned: %+v, want %+v", o, w)
 			}
 		}
@@ -515,11 +539,11 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 
 	// A network without its subnet is listed without families.
 	obs := one.listOwned(t)
-	if err := subnets.Delete(testContext(t), one.b.client, obs[0].Status.SubnetID).ExtractErr(); err != nil {
+	if err := subnets.Delete(testContext(t), one.b.client, obs[0].Status.SubnetIDs[0]).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
 	obs = one.listOwned(t)
-	if len(obs) != 1 || obs[0].Families != nil || obs[0].Status.SubnetID != "" {
+	if len(obs) != 1 || len(obs[0].Families) != 0 || len(obs[0].Status.SubnetIDs) != 0 {
 		t.Fatalf("ListOwned without subnet = %+v", obs)
 	}
 }
@@ -555,10 +579,10 @@ func TestDeleteMissing(t *testing.T) {
 		t.Fatalf("Delete of a Network that never had a network: %v", err)
 	}
 	st := f.ensure(t, network(owner, "10.80.0.0/24", "10.80.0.1"), nil, backend.ActionCreated)
-	if err := f.b.Delete(ctx, owner, &st); err != nil {
+	if err := f.b.Delete(ctx, owner, st.status()); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.b.Delete(ctx, owner, &st); err != nil {
+	if err := f.b.Delete(ctx, owner, st.status()); err != nil {
 		t.Fatalf("second Delete: %v", err)
 	}
 	// Without a recorded ID, Delete finds the network by its owner.
@@ -589,7 +613,7 @@ func TestNeutronErrorIsQuoted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err = f.b.Delete(ctx, owner, &st)
+	err = f.b.Delete(ctx, owner, st.status())
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict || apiErr.Type != "NetworkInUse" {
 		t.Fatalf("Delete of a network with a port: %v, want a 409 NetworkInUse", err)
@@ -600,7 +624,7 @@ func TestNeutronErrorIsQuoted(t *testing.T) {
 	t.Logf("message: %v", err)
 
 	// The CIDR cannot change under a port either.
-	_, err = f.b.Ensure(ctx, network(owner, "10.91.0.0/24", "10.91.0.1"), &st)
+	_, err = f.b.Ensure(ctx, network(owner, "10.91.0.0/24", "10.91.0.1"), st.status())
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict {
 		t.Fatalf("CIDR change under a port: %v, want a 409", err)
 	}
@@ -626,7 +650,7 @@ func TestOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = f.b.Ensure(ctx, network(owner, "10.95.0.0/24", "10.95.0.9"), &st)
+	_, err = f.b.Ensure(ctx, network(owner, "10.95.0.0/24", "10.95.0.9"), st.status())
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("Ensure with Neutron down succeeded")
@@ -649,7 +673,7 @@ func TestOutage(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st2 := f.ensure(t, network(owner, "10.95.0.0/24", "10.95.0.9"), &st, backend.ActionUpdated)
+	st2 := f.ensure(t, network(owner, "10.95.0.0/24", "10.95.0.9"), st.status(), backend.ActionUpdated)
 	if st2 != st {
 		t.Fatalf("after the outage: %+v, want %+v", st2, st)
 	}
@@ -891,7 +915,7 @@ func BenchmarkEnsureNoop(b *testing.B) {
 	ctx := testContext(b)
 	var failed atomic.Bool
 	for b.Loop() {
-		res, err := f.b.Ensure(ctx, want, &st)
+		res, err := f.b.Ensure(ctx, want, st.status())
 		if err != nil || res.Action != backend.ActionNone {
 			failed.Store(true)
 		}
@@ -930,7 +954,7 @@ func TestDualStackSubnets(t *testing.T) {
 	if s := v6(); s == nil || s.CIDR != "fd00:51::/64" || s.GatewayIP != "fd00:51::1" || s.NetworkID != st.NetworkID || !hasTags(s.Tags, Tags(want.Owner)) {
 		t.Fatalf("IPv6 subnet %+v, want fd00:51::/64 gateway fd00:51::1 in network %s, tagged", s, st.NetworkID)
 	}
-	if again := f.ensure(t, want, &st, backend.ActionNone); again != st {
+	if again := f.ensure(t, want, st.status(), backend.ActionNone); again != st {
 		t.Errorf("a matching network changed its status: %+v -> %+v", st, again)
 	}
 	if obs := f.listOwned(t); len(obs) != 1 || !obs[0].Provides(want) {
@@ -939,7 +963,7 @@ func TestDualStackSubnets(t *testing.T) {
 
 	moved := want
 	moved.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:52::/64"), Gateway: netip.MustParseAddr("fd00:52::9")}
-	if st2 := f.ensure(t, moved, &st, backend.ActionUpdated); st2 != st {
+	if st2 := f.ensure(t, moved, st.status(), backend.ActionUpdated); st2.NetworkID != st.NetworkID || st2.SubnetID != st.SubnetID {
 		t.Errorf("moving the IPv6 family changed the primary's status: %+v -> %+v", st, st2)
 	}
 	if s := v6(); s == nil || s.CIDR != "fd00:52::/64" || s.GatewayIP != "fd00:52::9" {
@@ -952,18 +976,18 @@ func TestDualStackSubnets(t *testing.T) {
 	if obs := f.listOwned(t); len(obs) != 1 || obs[0].Provides(moved) {
 		t.Errorf("without its IPv6 subnet, ListOwned = %+v, as if it matched", obs)
 	}
-	f.ensure(t, moved, &st, backend.ActionUpdated)
+	f.ensure(t, moved, st.status(), backend.ActionUpdated)
 	if s := v6(); s == nil || s.CIDR != "fd00:52::/64" {
 		t.Fatalf("IPv6 subnet after it was deleted by hand: %+v", s)
 	}
 
 	single := want
 	single.Secondary = backend.Family{}
-	f.ensure(t, single, &st, backend.ActionUpdated)
+	f.ensure(t, single, st.status(), backend.ActionUpdated)
 	if s := v6(); s != nil {
 		t.Errorf("single-stack again, an IPv6 subnet is left: %+v", s)
 	}
-	if obs := f.listOwned(t); len(obs) != 1 || !obs[0].Provides(single) || obs[0].Status.SubnetID != st.SubnetID {
+	if obs := f.listOwned(t); len(obs) != 1 || !obs[0].Provides(single) || !slices.Equal(obs[0].Status.SubnetIDs, []string{st.SubnetID}) {
 		t.Errorf("ListOwned = %+v, want the IPv4 family alone", obs)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,9 +36,10 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -153,7 +155,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkConflict,
 			"Network %s exists and is not this Deployment's: rename the Deployment or delete that Network", d.Name)
 		return nil
-	case cidr.IsValid() && n.DeletionTimestamp == nil && n.Spec.CIDR != cidr.String():
+	case cidr.IsValid() && n.DeletionTimestamp == nil && !slices.Equal(n.Spec.CIDRs, []string{cidr.String()}):
 		if err := c.updateCIDR(ctx, d, n, cidr); err != nil {
 			return err
 		}
@@ -163,7 +165,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 
 // OfDeploymentNamed says whether a Network is the one of a Deployment of
 // that name (its controller), whatever that Deployment's UID.
-func OfDeploymentNamed(n *samplecrdv1.Network, name string) bool {
+func OfDeploymentNamed(n *samplecrdv2.Network, name string) bool {
 	owner, ok := runner.ControllerOf(n, deploymentKind)
 	return ok && owner.Name == name
 }
@@ -203,15 +205,15 @@ func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr neti
 			return err
 		}
 	}
-	n := &samplecrdv1.Network{
+	n := &samplecrdv2.Network{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: d.Name, Namespace: d.Namespace,
 			Labels:          map[string]string{Label: d.Name, "app.kubernetes.io/managed-by": "netop"},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, deploymentKind)},
 		},
-		Spec: samplecrdv1.NetworkSpec{CIDR: cidr.String()},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr.String()}},
 	}
-	created, err := c.client.SamplecrdV1().Networks(d.Namespace).Create(ctx, n, metav1.CreateOptions{})
+	created, err := c.client.SamplecrdV2().Networks(d.Namespace).Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		c.pool.Release(owner)
 		if apierrors.IsAlreadyExists(err) {
@@ -222,8 +224,8 @@ func (c *Controller) create(ctx context.Context, d *appsv1.Deployment, cidr neti
 		}
 		return fmt.Errorf("creating Network %s/%s: %w", d.Namespace, d.Name, err)
 	}
-	klog.FromContext(ctx).V(1).Info("Created the Deployment's Network", "deployment", klog.KObj(d), "cidr", created.Spec.CIDR)
-	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonNetworkCreated, "Created Network %s with cidr %s", d.Name, created.Spec.CIDR)
+	klog.FromContext(ctx).V(1).Info("Created the Deployment's Network", "deployment", klog.KObj(d), "cidrs", created.Spec.CIDRs)
+	c.recorder.Eventf(d, corev1.EventTypeNormal, ReasonNetworkCreated, "Created Network %s with cidr %s", d.Name, cidr)
 	return nil
 }
 
@@ -236,7 +238,7 @@ func (c *Controller) taken() ([]netip.Prefix, error) {
 	}
 	out := make([]netip.Prefix, 0, len(all))
 	for _, n := range all {
-		for _, s := range []string{n.Spec.CIDR, n.Status.CIDR} {
+		for _, s := range slices.Concat(n.Spec.CIDRs, n.Status.CIDRs) {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				out = append(out, p.Masked())
 			}
@@ -247,10 +249,10 @@ func (c *Controller) taken() ([]netip.Prefix, error) {
 
 // updateCIDR moves the Network to the cidr the Deployment now names; its
 // gateway is defaulted again.
-func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *samplecrdv1.Network, cidr netip.Prefix) error {
+func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *samplecrdv2.Network, cidr netip.Prefix) error {
 	n = n.DeepCopy()
-	n.Spec.CIDR, n.Spec.Gateway = cidr.String(), ""
-	if _, err := c.client.SamplecrdV1().Networks(n.Namespace).Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	n.Spec.CIDRs, n.Spec.Gateways = []string{cidr.String()}, nil
+	if _, err := c.client.SamplecrdV2().Networks(n.Namespace).Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s cannot move to %s: %v", n.Name, cidr, err)
 		}

@@ -33,8 +33,9 @@ import (
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -151,7 +152,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 }
 
 // desired is the Network's definition.
-func (c *Controller) desired(n *samplecrdv1.Network) (*unstructured.Unstructured, error) {
+func (c *Controller) desired(n *samplecrdv2.Network) (*unstructured.Unstructured, error) {
 	conf := plugin.Config{Kubeconfig: c.opts.Kubeconfig, DataDir: c.opts.DataDir, Network: n.Namespace + "/" + n.Name}
 	conf.CNIVersion, conf.Name, conf.Type = "1.0.0", n.Name, plugin.Type
 	config, err := json.Marshal(conf)
@@ -177,6 +178,6 @@ func configOf(u *unstructured.Unstructured) string {
 	return config
 }
 
-func ownedBy(u *unstructured.Unstructured, n *samplecrdv1.Network) bool {
+func ownedBy(u *unstructured.Unstructured, n *samplecrdv2.Network) bool {
 	return slices.ContainsFunc(u.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == n.UID })
 }

@@ -27,9 +27,10 @@ import (
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // Name is the controller's name in logs, metrics and Events.
@@ -84,10 +85,10 @@ type Options struct {
 // controller, the one that hands them out.
 type AddressUsage interface {
 	// Usage counts the addresses pods hold and those left.
-	Usage(n *samplecrdv1.Network) (allocated int64, available *big.Int, err error)
+	Usage(n *samplecrdv2.Network) (allocated int64, available *big.Int, err error)
 	// Retire stops allocations in a Network being deleted and counts the
 	// pods that still hold addresses in it, naming up to limit of them.
-	Retire(n *samplecrdv1.Network, limit int) (netselect.Holders, error)
+	Retire(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
 }
 
 // usageDelay coalesces the status writes of address usage: a burst of
@@ -135,7 +136,7 @@ func (c *Controller) UsageChanged(name cache.ObjectName) { c.AddAfter(name, usag
 func New(ctx context.Context, client versioned.Interface, informer samplecrdinformers.NetworkInformer,
 	be backend.Backend, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
 	if err := informer.Informer().AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
-		n, ok := obj.(*samplecrdv1.Network)
+		n, ok := obj.(*samplecrdv2.Network)
 		if !ok {
 			return nil, nil
 		}
@@ -173,7 +174,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	logger := klog.FromContext(ctx)
 	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			n, ok := obj.(*samplecrdv1.Network)
+			n, ok := obj.(*samplecrdv2.Network)
 			if !ok {
 				return
 			}
@@ -187,16 +188,16 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			c.Enqueue(obj)
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			old, cur := oldObj.(*samplecrdv1.Network), newObj.(*samplecrdv1.Network)
+			old, cur := oldObj.(*samplecrdv2.Network), newObj.(*samplecrdv2.Network)
 			if needsReconcile(old, cur) {
 				c.contend(cur)
 				c.Enqueue(newObj)
 			}
 		},
 		DeleteFunc: func(obj any) {
-			n, ok := obj.(*samplecrdv1.Network)
+			n, ok := obj.(*samplecrdv2.Network)
 			if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-				n, ok = tomb.Obj.(*samplecrdv1.Network)
+				n, ok = tomb.Obj.(*samplecrdv2.Network)
 			}
 			if ok {
 				c.written.Delete(n.UID)
@@ -239,7 +240,7 @@ func (c *Controller) HasSyncedChecker() cache.DoneChecker { return c.synced }
 // cost a backend round trip per Network for nothing. A status changed by
 // someone else is still noticed by the resync, which compares it with the
 // backend.
-func needsReconcile(old, cur *samplecrdv1.Network) bool {
+func needsReconcile(old, cur *samplecrdv2.Network) bool {
 	if old.ResourceVersion == cur.ResourceVersion {
 		return false
 	}
@@ -251,7 +252,7 @@ func needsReconcile(old, cur *samplecrdv1.Network) bool {
 
 // converged reports whether n's status (an agent: its node's report) says
 // its backend network matched its current spec.
-func (c *Controller) converged(n *samplecrdv1.Network) bool {
+func (c *Controller) converged(n *samplecrdv2.Network) bool {
 	if c.agent() {
 		return n.DeletionTimestamp == nil && c.report.ReadyAt(n.UID) == n.Generation
 	}
@@ -298,7 +299,7 @@ func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 // start, after a relist, or created): whether it wants a backend network,
 // and that what its status says was built may still be there, so that no
 // overlapping Network builds until this one's sync has decided about it.
-func (c *Controller) record(n *samplecrdv1.Network) {
+func (c *Controller) record(n *samplecrdv2.Network) {
 	c.vnis.keep(n.UID, n.Status.VNI)
 	c.contend(n)
 	if e, ok := c.builtEntry(n); ok {
@@ -309,7 +310,7 @@ func (c *Controller) record(n *samplecrdv1.Network) {
 // contend records n with the arbiter as wanting a backend network, or not
 // (invalid or being deleted), and enqueues the Networks whose verdict that
 // may change.
-func (c *Controller) contend(n *samplecrdv1.Network) {
+func (c *Controller) contend(n *samplecrdv2.Network) {
 	if e, ok := c.contenderEntry(n); ok {
 		c.enqueueEntries(c.arbiter.Contend(e))
 		return
@@ -319,34 +320,40 @@ func (c *Controller) contend(n *samplecrdv1.Network) {
 
 // contenderEntry is n as a contender for a backend network: valid and not
 // being deleted.
-func (c *Controller) contenderEntry(n *samplecrdv1.Network) (overlap.Entry, bool) {
+func (c *Controller) contenderEntry(n *samplecrdv2.Network) (overlap.Entry, bool) {
 	if n.DeletionTimestamp != nil {
 		return overlap.Entry{}, false
 	}
-	resolved, errs := c.resolver.Resolve(n.Spec)
+	families, errs := c.resolver.ResolveFamilies(n.Spec)
 	if len(errs) > 0 {
 		return overlap.Entry{}, false
 	}
-	return entryOf(n, resolved.Prefix), true
+	return entryOf(n, families.Prefixes()...), true
 }
 
 // builtEntry is n with the prefixes its backend network may have, as its
 // status and spec say, unless the status says it has none.
-func (c *Controller) builtEntry(n *samplecrdv1.Network) (overlap.Entry, bool) {
+func (c *Controller) builtEntry(n *samplecrdv2.Network) (overlap.Entry, bool) {
 	if n.Status.Backend == nil {
 		return overlap.Entry{}, false
 	}
 	e := entryOf(n)
-	if p, err := netip.ParsePrefix(n.Status.CIDR); err == nil {
-		e.Prefixes = append(e.Prefixes, p.Masked())
+	for _, cidr := range n.Status.CIDRs {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			e.Prefixes = append(e.Prefixes, p.Masked())
+		}
 	}
-	if resolved, errs := c.resolver.Resolve(n.Spec); len(errs) == 0 && !slices.Contains(e.Prefixes, resolved.Prefix) {
-		e.Prefixes = append(e.Prefixes, resolved.Prefix)
+	if families, errs := c.resolver.ResolveFamilies(n.Spec); len(errs) == 0 {
+		for _, p := range families.Prefixes() {
+			if !slices.Contains(e.Prefixes, p) {
+				e.Prefixes = append(e.Prefixes, p)
+			}
+		}
 	}
 	return e, len(e.Prefixes) > 0
 }
 
-func entryOf(n *samplecrdv1.Network, prefixes ...netip.Prefix) overlap.Entry {
+func entryOf(n *samplecrdv2.Network, prefixes ...netip.Prefix) overlap.Entry {
 	return overlap.Entry{Namespace: n.Namespace, Name: n.Name, UID: n.UID, Created: n.CreationTimestamp.Time, Prefixes: prefixes}
 }
 

@@ -6,22 +6,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestNeedsReconcile(t *testing.T) {
-	base := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Generation: 1, Finalizers: []string{samplecrdv1.Finalizer}}}
+	base := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Generation: 1, Finalizers: []string{samplecrdv1.Finalizer}}}
 	base.Status.ObservedGeneration = 1
 	now := metav1.Now()
 	for name, tc := range map[string]struct {
-		change func(n *samplecrdv1.Network)
+		change func(n *samplecrdv2.Network)
 		want   bool
 	}{
-		"resync, same resourceVersion": {func(*samplecrdv1.Network) {}, false},
-		"own status write":             {func(n *samplecrdv1.Network) { n.ResourceVersion = "2"; n.Status.CIDR = "10.0.0.0/8" }, false},
-		"spec change":                  {func(n *samplecrdv1.Network) { n.ResourceVersion = "2"; n.Generation = 2 }, true},
-		"deletion":                     {func(n *samplecrdv1.Network) { n.ResourceVersion = "2"; n.DeletionTimestamp = &now }, true},
-		"finalizer removed by someone": {func(n *samplecrdv1.Network) { n.ResourceVersion = "2"; n.Finalizers = nil }, true},
-		"status of an older generation": {func(n *samplecrdv1.Network) {
+		"resync, same resourceVersion": {func(*samplecrdv2.Network) {}, false},
+		"own status write":             {func(n *samplecrdv2.Network) { n.ResourceVersion = "2"; n.Status.CIDRs = []string{"10.0.0.0/8"} }, false},
+		"spec change":                  {func(n *samplecrdv2.Network) { n.ResourceVersion = "2"; n.Generation = 2 }, true},
+		"deletion":                     {func(n *samplecrdv2.Network) { n.ResourceVersion = "2"; n.DeletionTimestamp = &now }, true},
+		"finalizer removed by someone": {func(n *samplecrdv2.Network) { n.ResourceVersion = "2"; n.Finalizers = nil }, true},
+		"status of an older generation": {func(n *samplecrdv2.Network) {
 			n.ResourceVersion = "2"
 			n.Status.ObservedGeneration = 0
 		}, true},

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	netopinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop/v1alpha1"
 	netoplisters "github.com/netop-dev/netop/pkg/generated/listers/netop/v1alpha1"
 )
@@ -152,7 +152,7 @@ func changedNetworks(old, cur *netopv1alpha1.NetworkNodeStatus) []types.UID {
 
 // Nodes counts the nodes where n is ready at its generation, and says why
 // up to limit of the others lag, in the order of their names.
-func (r *NodeReports) Nodes(n *samplecrdv1.Network, limit int) (ready, total int32, lagging []string) {
+func (r *NodeReports) Nodes(n *samplecrdv2.Network, limit int) (ready, total int32, lagging []string) {
 	nodes, err := r.reports.List(labels.Everything())
 	if err != nil {
 		return 0, 0, nil
@@ -173,7 +173,7 @@ func (r *NodeReports) Nodes(n *samplecrdv1.Network, limit int) (ready, total int
 }
 
 // lag says why n is not ready on the node of nn, or "" if it is.
-func (r *NodeReports) lag(nn *netopv1alpha1.NetworkNode, n *samplecrdv1.Network) string {
+func (r *NodeReports) lag(nn *netopv1alpha1.NetworkNode, n *samplecrdv2.Network) string {
 	if r.pods != nil && nn.Status.AgentPod != "" {
 		pod, err := r.pods.Pods(r.namespace).Get(nn.Status.AgentPod)
 		if err != nil {

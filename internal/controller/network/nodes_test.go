@@ -11,14 +11,14 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
 func TestNodeReportsLagging(t *testing.T) {
 	const agents = "netop-system"
-	n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "net", UID: "u1", Generation: 2}}
+	n := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "net", UID: "u1", Generation: 2}}
 	report := func(node, pod string, ready map[types.UID]int64, failed ...netopv1alpha1.NetworkNodeFailure) *netopv1alpha1.NetworkNode {
 		return &netopv1alpha1.NetworkNode{ObjectMeta: metav1.ObjectMeta{Name: node},
 			Status: netopv1alpha1.NetworkNodeStatus{AgentPod: pod, Ready: ready, Failed: failed}}

@@ -11,7 +11,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/overlap"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // resync lists the backend once and diffs it against the cache in memory:
@@ -61,7 +61,7 @@ func (c *Controller) resync(ctx context.Context) {
 		c.report.Retain(func(uid types.UID) bool { _, ok := c.nameForUID(uid); return ok })
 	}
 	for _, obj := range c.indexer.List() {
-		n, ok := obj.(*samplecrdv1.Network)
+		n, ok := obj.(*samplecrdv2.Network)
 		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) && c.nodesInSync(n) {
 			continue
 		}
@@ -73,18 +73,18 @@ func (c *Controller) resync(ctx context.Context) {
 // inSync reports whether the backend network of n is what its spec and
 // status say. An invalid spec is in sync: nothing can be done until it
 // changes.
-func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backend.Observed) bool {
-	resolved, errs := c.resolver.Resolve(n.Spec)
+func (c *Controller) inSync(n *samplecrdv2.Network, observed map[types.UID]backend.Observed) bool {
+	families, errs := c.resolver.ResolveFamilies(n.Spec)
 	if len(errs) > 0 {
 		return true
 	}
 	o, ok := observed[n.UID]
-	if _, loses := c.arbiter.Loses(entryOf(n, resolved.Prefix)); loses {
+	if _, loses := c.arbiter.Loses(entryOf(n, families.Prefixes()...)); loses {
 		// It must have no backend network, and its status must say why.
 		return !ok && !c.arbiter.Present(n.UID) && n.Status.Backend == nil
 	}
 	// A record without the cluster is adopted by the sync rewriting it.
-	built := ok && o.Cluster == c.cluster && o.Provides(backend.Network{CIDR: resolved.Prefix, Gateway: resolved.Gateway})
+	built := ok && o.Cluster == c.cluster && o.Provides(backendNetwork(o.Owner, families))
 	if c.agent() {
 		return built && o.VNI == c.wantVNI(n) && c.report.ReadyAt(n.UID) == n.Generation
 	}
@@ -92,7 +92,7 @@ func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backe
 		// The agents build; only the status is this controller's.
 		return n.Status.Backend != nil && n.Status.ObservedGeneration == n.Generation
 	}
-	return built && n.Status.Backend != nil && *n.Status.Backend == o.Status
+	return built && backend.SameStatus(n.Status.Backend, &o.Status)
 }
 
 // liveNetworkExists asks the API server whether the owner still exists, for
@@ -103,7 +103,7 @@ func (c *Controller) inSync(n *samplecrdv1.Network, observed map[types.UID]backe
 // name is confirmed by looking for the UID.
 func (c *Controller) liveNetworkExists(ctx context.Context, o backend.Owner) bool {
 	if o.Namespace != "" && o.Name != "" {
-		n, err := c.client.SamplecrdV1().Networks(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		n, err := c.client.SamplecrdV2().Networks(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
 		switch {
 		case err == nil && n.UID == o.UID:
 			return true
@@ -111,7 +111,7 @@ func (c *Controller) liveNetworkExists(ctx context.Context, o backend.Owner) boo
 			return true // unsure: keep it
 		}
 	}
-	list, err := c.client.SamplecrdV1().Networks(o.Namespace).List(ctx, metav1.ListOptions{})
+	list, err := c.client.SamplecrdV2().Networks(o.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return true
 	}

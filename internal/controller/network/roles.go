@@ -15,6 +15,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/metrics"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // The controller runs in one of three roles. Alone (the standalone, `netop
@@ -33,9 +34,9 @@ type Reporter interface {
 	// or 0.
 	ReadyAt(uid types.UID) int64
 	// Ready records that n is ready on the node at its generation.
-	Ready(n *samplecrdv1.Network)
+	Ready(n *samplecrdv2.Network)
 	// Failed records that n failed on the node.
-	Failed(n *samplecrdv1.Network, reason, message string)
+	Failed(n *samplecrdv2.Network, reason, message string)
 	// Forget removes the Network of uid from the report.
 	Forget(uid types.UID)
 	// Retain forgets every Network for which keep is false.
@@ -47,7 +48,7 @@ type Reporter interface {
 type NodeReadiness interface {
 	// Nodes counts the nodes where n is ready at its generation, of the
 	// nodes that run an agent, and says why up to limit of the others lag.
-	Nodes(n *samplecrdv1.Network, limit int) (ready, total int32, lagging []string)
+	Nodes(n *samplecrdv2.Network, limit int) (ready, total int32, lagging []string)
 	// OnChange registers f, called with the UIDs of the Networks whose
 	// readiness on some node changed, or with all set when every
 	// Network's may have (a node came or went).
@@ -63,7 +64,7 @@ func (c *Controller) agent() bool { return c.report != nil }
 // reportOutcome records an agent's outcome for n in its node's report: ready,
 // failed, or, for a Network that is not to be built (it overlaps an older
 // one), nothing.
-func (c *Controller) reportOutcome(n *samplecrdv1.Network, ready metav1.ConditionStatus, reason, message string) {
+func (c *Controller) reportOutcome(n *samplecrdv2.Network, ready metav1.ConditionStatus, reason, message string) {
 	switch {
 	case ready == metav1.ConditionTrue:
 		c.report.Ready(n)
@@ -83,7 +84,7 @@ func (c *Controller) removeGone(ctx context.Context, name cache.ObjectName) erro
 		return nil
 	}
 	uid := v.(types.UID)
-	owner := c.owner(&samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}})
+	owner := c.owner(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}})
 	if err := c.backend.Delete(ctx, owner, nil); err != nil {
 		return fmt.Errorf("deleting the backend network of deleted Network (uid %s): %w", uid, err)
 	}
@@ -97,7 +98,7 @@ func (c *Controller) removeGone(ctx context.Context, name cache.ObjectName) erro
 // setNodes puts the nodes' readiness in n's status and returns the Ready
 // condition that follows from it, for a Network whose backend network is
 // otherwise provisioned.
-func (c *Controller) setNodes(n *samplecrdv1.Network, provisioned string) (metav1.ConditionStatus, string, string) {
+func (c *Controller) setNodes(n *samplecrdv2.Network, provisioned string) (metav1.ConditionStatus, string, string) {
 	nodes, ready, reason, msg := c.nodeReadiness(n, provisioned)
 	if nodes != nil {
 		n.Status.Nodes = nodes
@@ -107,12 +108,12 @@ func (c *Controller) setNodes(n *samplecrdv1.Network, provisioned string) (metav
 
 // nodeReadiness is what setNodes puts in n's status: the nodes' count
 // (nil without agents) and the Ready condition.
-func (c *Controller) nodeReadiness(n *samplecrdv1.Network, provisioned string) (*samplecrdv1.NetworkNodes, metav1.ConditionStatus, string, string) {
+func (c *Controller) nodeReadiness(n *samplecrdv2.Network, provisioned string) (*samplecrdv2.NetworkNodes, metav1.ConditionStatus, string, string) {
 	if c.nodes == nil {
 		return nil, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, provisioned
 	}
 	ready, total, lagging := c.nodes.Nodes(n, laggingNames)
-	nodes := &samplecrdv1.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
+	nodes := &samplecrdv2.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
 	switch {
 	case total == 0:
 		return nodes, metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, "no node runs netop's agent yet"
@@ -128,7 +129,7 @@ func (c *Controller) nodeReadiness(n *samplecrdv1.Network, provisioned string) (
 
 // nodesInSync reports whether a provisioned n's status shows the nodes'
 // readiness as the agents report it.
-func (c *Controller) nodesInSync(n *samplecrdv1.Network) bool {
+func (c *Controller) nodesInSync(n *samplecrdv2.Network) bool {
 	ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
 	if c.nodes == nil || ready == nil || (ready.Reason != samplecrdv1.ReasonProvisioned && ready.Reason != samplecrdv1.ReasonNodesNotReady) {
 		return true
@@ -158,7 +159,7 @@ func (c *Controller) nodesChanged(uids []types.UID, all bool) {
 // eventf records an Event on the Network. An agent records only Warnings,
 // naming its node: a Normal Event per node and Network would be noise
 // that grows with the cluster.
-func (c *Controller) eventf(n *samplecrdv1.Network, eventType, reason, format string, args ...any) {
+func (c *Controller) eventf(n *samplecrdv2.Network, eventType, reason, format string, args ...any) {
 	if c.agent() {
 		if eventType != corev1.EventTypeWarning {
 			return
@@ -170,7 +171,7 @@ func (c *Controller) eventf(n *samplecrdv1.Network, eventType, reason, format st
 
 // wantVNI is the VNI an agent's node joins n's bridges by: the one the
 // controller gave n, if the node is on an overlay.
-func (c *Controller) wantVNI(n *samplecrdv1.Network) uint32 {
+func (c *Controller) wantVNI(n *samplecrdv2.Network) uint32 {
 	if !c.agent() || !c.overlay || n.Status.VNI < 1 {
 		return 0
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -21,6 +22,7 @@ import (
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // sync reconciles one Network: desired state from the Network, actual
@@ -61,7 +63,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	}
 
-	resolved, errs := c.resolver.Resolve(n.Spec)
+	families, errs := c.resolver.ResolveFamilies(n.Spec)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Invalid spec: %s", msg)
@@ -70,11 +72,11 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	}
 
 	// The cache may be ahead of the event handler: record n first.
-	entry := entryOf(n, resolved.Prefix)
+	entry := entryOf(n, families.Prefixes()...)
 	c.enqueueEntries(c.arbiter.Contend(entry))
 	verdict := c.arbiter.Acquire(entry)
 	if verdict.Winner != nil {
-		return c.yield(ctx, cached, n, resolved, *verdict.Winner)
+		return c.yield(ctx, cached, n, families, *verdict.Winner)
 	}
 	if !verdict.Build() {
 		// n wins, but an overlapping Network may still have its backend
@@ -85,12 +87,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return nil
 	}
 
-	want := backend.Network{
-		Owner:   c.owner(n),
-		CIDR:    resolved.Prefix,
-		Gateway: resolved.Gateway,
-		VNI:     c.wantVNI(n),
-	}
+	want := backendNetwork(c.owner(n), families)
+	want.VNI = c.wantVNI(n)
 	if c.nodes != nil {
 		vni, ok := c.vnis.assign(n.UID)
 		if !ok {
@@ -114,13 +112,13 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	}
 	switch res.Action {
 	case backend.ActionCreated:
-		c.eventf(n, corev1.EventTypeNormal, ReasonCreated, "Created %s network %s for %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+		c.eventf(n, corev1.EventTypeNormal, ReasonCreated, "Created %s network %s for %s", res.Status.Type, backendName(&res.Status), families)
 	case backend.ActionUpdated:
-		c.eventf(n, corev1.EventTypeNormal, ReasonUpdated, "Updated %s network %s to %s gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway)
+		c.eventf(n, corev1.EventTypeNormal, ReasonUpdated, "Updated %s network %s to %s", res.Status.Type, backendName(&res.Status), families)
 	}
 	if res.Action != backend.ActionNone {
 		c.metrics.BackendChanges.WithLabelValues(string(res.Status.Type), string(res.Action)).Inc()
-		logger.Info("Backend network converged", "action", res.Action, "cidr", resolved.Prefix, "gateway", resolved.Gateway)
+		logger.Info("Backend network converged", "action", res.Action, "cidrs", families.CIDRs(), "gateways", families.Gateways())
 	}
 	c.arbiter.Built(entry)
 	if c.agent() && c.overlay && want.VNI == 0 {
@@ -129,16 +127,25 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return nil
 	}
 	c.setAddresses(ctx, n)
-	n.Status.CIDR = resolved.Prefix.String()
-	n.Status.Gateway = resolved.Gateway.String()
-	ready, reason, msg := c.setNodes(n, fmt.Sprintf("%s network %s has %s with gateway %s", res.Status.Type, backendName(&res.Status), resolved.Prefix, resolved.Gateway))
+	n.Status.CIDRs, n.Status.Gateways = families.CIDRs(), families.Gateways()
+	ready, reason, msg := c.setNodes(n, fmt.Sprintf("%s network %s has %s", res.Status.Type, backendName(&res.Status), families))
 	return c.updateStatus(ctx, cached, n, ready, reason, msg, &res.Status)
+}
+
+// backendNetwork is the backend network of families, the first the
+// primary.
+func backendNetwork(owner backend.Owner, families netspec.Families) backend.Network {
+	want := backend.Network{Owner: owner, CIDR: families[0].Prefix, Gateway: families[0].Gateway}
+	if len(families) > 1 {
+		want.Secondary = backend.Family{CIDR: families[1].Prefix, Gateway: families[1].Gateway}
+	}
+	return want
 }
 
 // yield makes sure n, which overlaps the older Network winner, has no
 // backend network, and says so in its status. It is not retried: the
 // winner going or moving enqueues n again.
-func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv1.Network, resolved netspec.Resolved, winner overlap.Entry) error {
+func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, families netspec.Families, winner overlap.Entry) error {
 	if c.arbiter.Present(n.UID) || n.Status.Backend != nil {
 		if err := c.backend.Delete(ctx, c.owner(n), n.Status.Backend); err != nil {
 			c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Removing the backend network of an overlapping Network failed: %v", err)
@@ -150,18 +157,18 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv1.Network, 
 	}
 	c.enqueueEntries(c.arbiter.Release(n.UID))
 	msg := fmt.Sprintf("spec.cidr %s overlaps Network %s/%s (%s), which is older: this Network has no backend network until that one is deleted or moves",
-		resolved.Prefix, winner.Namespace, winner.Name, winner.Prefixes[0])
+		strings.Join(families.CIDRs(), " and "), winner.Namespace, winner.Name, winner.Prefixes[0])
 	if ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap || ready.Message != msg {
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonOverlap, "Not built: %s", msg)
 		klog.FromContext(ctx).Info("Network overlaps an older one; not built", "winner", klog.KRef(winner.Namespace, winner.Name))
 	}
-	n.Status.CIDR, n.Status.Gateway = "", ""
+	n.Status.CIDRs, n.Status.Gateways = nil, nil
 	return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonOverlap, msg, nil)
 }
 
 // finalize removes the backend network of a Network that is being deleted,
 // then its finalizer, so that the Network goes only after its network did.
-func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error {
+func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error {
 	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		return nil
 	}
@@ -206,7 +213,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv1.Network) error
 const inUseNames = 3
 
 // setAddresses puts the address usage in n's status.
-func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv1.Network) {
+func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv2.Network) {
 	if c.addresses == nil {
 		return
 	}
@@ -215,11 +222,11 @@ func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv1.Network) {
 		klog.FromContext(ctx).V(2).Info("No address usage", "err", err)
 		return
 	}
-	n.Status.Addresses = &samplecrdv1.NetworkAddresses{Allocated: allocated, Available: available.String()}
+	n.Status.Addresses = &samplecrdv2.NetworkAddresses{Allocated: allocated, Available: available.String()}
 }
 
 // addressesInSync reports whether n's status shows its address usage.
-func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv1.Network) bool {
+func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv2.Network) bool {
 	if c.addresses == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
 		return true // only a provisioned Network shows its usage
 	}
@@ -231,7 +238,7 @@ func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv1.Network
 // patchFinalizers sets metadata.finalizers with a merge patch that carries
 // the resourceVersion it was computed from: a stale cache gets a conflict
 // and a retry instead of overwriting another writer's finalizers.
-func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv1.Network, finalizers []string) (*samplecrdv1.Network, error) {
+func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv2.Network, finalizers []string) (*samplecrdv2.Network, error) {
 	if finalizers == nil {
 		finalizers = []string{}
 	}
@@ -242,7 +249,7 @@ func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv1.Network
 	if err != nil {
 		return nil, err
 	}
-	patched, err := c.client.SamplecrdV1().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := c.client.SamplecrdV2().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("patching finalizers: %w", err)
 	}
@@ -252,8 +259,8 @@ func (c *Controller) patchFinalizers(ctx context.Context, n *samplecrdv1.Network
 // updateStatus sets the Ready condition, observedGeneration and the backend
 // IDs on n and writes the status, unless it equals what cached already has:
 // a Network that is already right costs no write.
-func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Network, ready metav1.ConditionStatus,
-	reason, message string, backendStatus *samplecrdv1.NetworkBackendStatus) error {
+func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv2.Network, ready metav1.ConditionStatus,
+	reason, message string, backendStatus *samplecrdv2.NetworkBackendStatus) error {
 	if c.agent() {
 		c.reportOutcome(n, ready, reason, message)
 		return nil
@@ -278,7 +285,7 @@ func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Ne
 			return nil
 		}
 	}
-	if _, err := c.client.SamplecrdV1().Networks(n.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.client.SamplecrdV2().Networks(n.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
 	c.written.Store(n.UID, writtenStatus{fromResourceVersion: cached.ResourceVersion, status: *n.Status.DeepCopy()})
@@ -289,12 +296,12 @@ func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv1.Ne
 // resourceVersion it was written over.
 type writtenStatus struct {
 	fromResourceVersion string
-	status              samplecrdv1.NetworkStatus
+	status              samplecrdv2.NetworkStatus
 }
 
 // sameStatus compares statuses but for the conditions' transition times,
 // which a sync on a stale copy sets anew.
-func sameStatus(a, b samplecrdv1.NetworkStatus) bool {
+func sameStatus(a, b samplecrdv2.NetworkStatus) bool {
 	a, b = *a.DeepCopy(), *b.DeepCopy()
 	for i := range a.Conditions {
 		a.Conditions[i].LastTransitionTime = metav1.Time{}
@@ -306,11 +313,11 @@ func sameStatus(a, b samplecrdv1.NetworkStatus) bool {
 }
 
 // owner is n as its backend network records it.
-func (c *Controller) owner(n *samplecrdv1.Network) backend.Owner {
+func (c *Controller) owner(n *samplecrdv2.Network) backend.Owner {
 	return backend.Owner{Cluster: c.cluster, Namespace: n.Namespace, Name: n.Name, UID: n.UID}
 }
 
-func backendName(s *samplecrdv1.NetworkBackendStatus) string {
+func backendName(s *samplecrdv2.NetworkBackendStatus) string {
 	switch {
 	case s == nil:
 		return "(unknown)"

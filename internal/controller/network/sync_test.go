@@ -20,12 +20,14 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
@@ -41,7 +43,7 @@ type fixture struct {
 	controller *Controller
 }
 
-func newFixture(t testing.TB, networks ...*samplecrdv1.Network) *fixture {
+func newFixture(t testing.TB, networks ...*samplecrdv2.Network) *fixture {
 	t.Helper()
 	objects := make([]runtime.Object, 0, len(networks))
 	for _, n := range networks {
@@ -53,7 +55,7 @@ func newFixture(t testing.TB, networks ...*samplecrdv1.Network) *fixture {
 		backend:  backendtest.New(),
 		recorder: record.NewFakeRecorder(100),
 	}
-	informer := informers.NewSharedInformerFactory(f.client, 0).Samplecrd().V1().Networks()
+	informer := informers.NewSharedInformerFactory(f.client, 0).Samplecrd().V2().Networks()
 	var err error
 	f.controller, err = New(context.Background(), f.client, informer, f.backend, f.recorder, metrics.New(), Options{Workers: 1, Resync: time.Hour})
 	if err != nil {
@@ -71,34 +73,34 @@ func newFixture(t testing.TB, networks ...*samplecrdv1.Network) *fixture {
 
 // network is a Network as the API server stores it after admission: UID,
 // generation 1, the finalizer, no status yet.
-func network(name, cidr, gateway string) *samplecrdv1.Network {
-	return &samplecrdv1.Network{
+func network(name, cidr, gateway string) *samplecrdv2.Network {
+	return &samplecrdv2.Network{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("0badc0de-0000-4000-8000-" + name),
 			Generation: 1, ResourceVersion: "5", Finalizers: []string{samplecrdv1.Finalizer}},
-		Spec: samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr}, Gateways: []string{gateway}},
 	}
 }
 
 // readyNetwork gives n the status the controller writes once the in-memory
 // backend has its network.
-func readyNetwork(n *samplecrdv1.Network) *samplecrdv1.Network {
+func readyNetwork(n *samplecrdv2.Network) *samplecrdv2.Network {
 	s := backendtest.Status(n.UID)
-	n.Status = samplecrdv1.NetworkStatus{
-		ObservedGeneration: n.Generation, CIDR: n.Spec.CIDR, Gateway: n.Spec.Gateway, Backend: &s,
+	n.Status = samplecrdv2.NetworkStatus{
+		ObservedGeneration: n.Generation, CIDRs: n.Spec.CIDRs, Gateways: n.Spec.Gateways, Backend: &s,
 		Conditions: []metav1.Condition{{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned,
-			Message:            "linux network " + s.Interface + " has " + n.Spec.CIDR + " with gateway " + n.Spec.Gateway,
+			Message:            "linux network " + s.Interface + " has " + n.Spec.CIDRs[0] + " with gateway " + n.Spec.Gateways[0],
 			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(time.Now())}},
 	}
 	return n
 }
 
 // inBackend puts n's network, as its spec says, into the backend.
-func (f *fixture) inBackend(n *samplecrdv1.Network) {
+func (f *fixture) inBackend(n *samplecrdv2.Network) {
 	f.backend.Put(backend.Observed{Owner: owner(n), Status: backendtest.Status(n.UID),
-		Families: []backend.Family{{CIDR: netip.MustParsePrefix(n.Spec.CIDR), Gateway: netip.MustParseAddr(n.Spec.Gateway)}}})
+		Families: []backend.Family{{CIDR: netip.MustParsePrefix(n.Spec.CIDRs[0]), Gateway: netip.MustParseAddr(n.Spec.Gateways[0])}}})
 }
 
-func owner(n *samplecrdv1.Network) backend.Owner {
+func owner(n *samplecrdv2.Network) backend.Owner {
 	return backend.Owner{Namespace: n.Namespace, Name: n.Name, UID: n.UID}
 }
 
@@ -130,11 +132,11 @@ func (f *fixture) events() []string {
 }
 
 // written is the Network of the last status write, or nil.
-func (f *fixture) written() *samplecrdv1.Network {
-	var n *samplecrdv1.Network
+func (f *fixture) written() *samplecrdv2.Network {
+	var n *samplecrdv2.Network
 	for _, a := range f.client.Actions() {
 		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
-			n = u.GetObject().(*samplecrdv1.Network)
+			n = u.GetObject().(*samplecrdv2.Network)
 		}
 	}
 	return n
@@ -152,7 +154,7 @@ func (f *fixture) finalizerPatch() string {
 
 var errBackendDown = errors.New("injected: backend unreachable")
 
-func deleting(n *samplecrdv1.Network) *samplecrdv1.Network {
+func deleting(n *samplecrdv2.Network) *samplecrdv2.Network {
 	n.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	return n
 }
@@ -162,7 +164,7 @@ func TestSync(t *testing.T) {
 	tests := []struct {
 		name string
 		// network is in the cache and the API; nil: none.
-		network *samplecrdv1.Network
+		network *samplecrdv2.Network
 		// inBackend: its network exists, as its spec says.
 		inBackend bool
 		// failing makes these backend operations fail, with failErr
@@ -196,7 +198,7 @@ func TestSync(t *testing.T) {
 		wantInBackend: true,
 	}, {
 		name: "made while the webhook was away: finalizer patched first",
-		network: func() *samplecrdv1.Network {
+		network: func() *samplecrdv2.Network {
 			n := network("n", "10.1.0.0/16", "10.1.0.1")
 			n.Finalizers = nil
 			return n
@@ -222,9 +224,9 @@ func TestSync(t *testing.T) {
 		wantInBackend: true,
 	}, {
 		name: "spec changed: backend network updated, status follows",
-		network: func() *samplecrdv1.Network {
+		network: func() *samplecrdv2.Network {
 			n := readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1"))
-			n.Spec.Gateway, n.Generation = "10.1.0.7", 2
+			n.Spec.Gateways[0], n.Generation = "10.1.0.7", 2
 			return n
 		}(),
 		setup: func(f *fixture) {
@@ -301,7 +303,7 @@ func TestSync(t *testing.T) {
 		wantInBackend: true,
 	}, {
 		name: "deleted and the finalizer already gone: nothing to do",
-		network: func() *samplecrdv1.Network {
+		network: func() *samplecrdv2.Network {
 			n := deleting(readyNetwork(network("n", "10.1.0.0/16", "10.1.0.1")))
 			n.Finalizers = []string{"someone-else"}
 			return n
@@ -311,7 +313,7 @@ func TestSync(t *testing.T) {
 		wantInBackend: true,
 	}, {
 		name: "finalizer patch finds the Network gone: not retried",
-		network: func() *samplecrdv1.Network {
+		network: func() *samplecrdv2.Network {
 			n := network("n", "10.1.0.0/16", "10.1.0.1")
 			n.Finalizers = nil
 			return n
@@ -327,7 +329,7 @@ func TestSync(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var networks []*samplecrdv1.Network
+			var networks []*samplecrdv2.Network
 			name := cache.NewObjectName("ns", "n")
 			if tt.network != nil {
 				networks = append(networks, tt.network)
@@ -378,8 +380,8 @@ func TestSync(t *testing.T) {
 				if written.Status.ObservedGeneration != written.Generation {
 					t.Errorf("observedGeneration %d, generation %d", written.Status.ObservedGeneration, written.Generation)
 				}
-				if tt.wantReady == metav1.ConditionTrue && (written.Status.Backend == nil || *written.Status.Backend != backendtest.Status(written.UID) ||
-					written.Status.CIDR != written.Spec.CIDR || written.Status.Gateway != written.Spec.Gateway) {
+				if tt.wantReady == metav1.ConditionTrue && (!backend.SameStatus(written.Status.Backend, ptr.To(backendtest.Status(written.UID))) ||
+					!slices.Equal(written.Status.CIDRs, written.Spec.CIDRs) || !slices.Equal(written.Status.Gateways, written.Spec.Gateways)) {
 					t.Errorf("Ready status %+v does not name the backend network and its cidr and gateway", written.Status)
 				}
 			}
@@ -388,8 +390,8 @@ func TestSync(t *testing.T) {
 				if ok != tt.wantInBackend {
 					t.Errorf("in backend: %v, want %v", ok, tt.wantInBackend)
 				}
-				if want := (backend.Network{CIDR: netip.MustParsePrefix(tt.network.Spec.CIDR), Gateway: netip.MustParseAddr(tt.network.Spec.Gateway)}); ok && tt.network.DeletionTimestamp == nil && !o.Provides(want) {
-					t.Errorf("backend network %+v, want the spec's %s %s", o.Families, tt.network.Spec.CIDR, tt.network.Spec.Gateway)
+				if want := (backend.Network{CIDR: netip.MustParsePrefix(tt.network.Spec.CIDRs[0]), Gateway: netip.MustParseAddr(tt.network.Spec.Gateways[0])}); ok && tt.network.DeletionTimestamp == nil && !o.Provides(want) {
+					t.Errorf("backend network %+v, want the spec's %s %s", o.Families, tt.network.Spec.CIDRs[0], tt.network.Spec.Gateways[0])
 				}
 			}
 		})
@@ -397,13 +399,13 @@ func TestSync(t *testing.T) {
 }
 
 // createdAt sets n's creationTimestamp to t0 plus age seconds.
-func createdAt(n *samplecrdv1.Network, age int) *samplecrdv1.Network {
+func createdAt(n *samplecrdv2.Network, age int) *samplecrdv2.Network {
 	n.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 22, 0, 0, age, 0, time.UTC))
 	return n
 }
 
 // update replaces n in the fixture's cache, as an informer update would.
-func (f *fixture) update(n *samplecrdv1.Network) {
+func (f *fixture) update(n *samplecrdv2.Network) {
 	f.t.Helper()
 	if err := f.controller.indexer.Update(n); err != nil {
 		f.t.Fatal(err)
@@ -417,7 +419,7 @@ func (f *fixture) update(n *samplecrdv1.Network) {
 }
 
 // sync runs one sync of n and fails the test on an error.
-func (f *fixture) sync(n *samplecrdv1.Network) {
+func (f *fixture) sync(n *samplecrdv2.Network) {
 	f.t.Helper()
 	if err := f.controller.sync(context.Background(), cache.MetaObjectToName(n)); err != nil {
 		f.t.Fatalf("sync %s: %v", n.Name, err)
@@ -425,11 +427,11 @@ func (f *fixture) sync(n *samplecrdv1.Network) {
 }
 
 // lastReady is the Ready condition of the last status written for n.
-func (f *fixture) lastReady(n *samplecrdv1.Network) *metav1.Condition {
-	var last *samplecrdv1.Network
+func (f *fixture) lastReady(n *samplecrdv2.Network) *metav1.Condition {
+	var last *samplecrdv2.Network
 	for _, a := range f.client.Actions() {
 		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
-			if w := u.GetObject().(*samplecrdv1.Network); w.Name == n.Name {
+			if w := u.GetObject().(*samplecrdv2.Network); w.Name == n.Name {
 				last = w
 			}
 		}
@@ -586,7 +588,7 @@ func TestResync(t *testing.T) {
 	for uid, o := range f.backend.Networks() {
 		observed[uid] = o
 	}
-	for n, want := range map[*samplecrdv1.Network]bool{ok: true, missing: false, changed: false, invalid: true} {
+	for n, want := range map[*samplecrdv2.Network]bool{ok: true, missing: false, changed: false, invalid: true} {
 		if got := f.controller.inSync(n, observed); got != want {
 			t.Errorf("inSync(%s) = %v, want %v", n.Name, got, want)
 		}
@@ -624,7 +626,7 @@ func TestSyncReservedPrefixes(t *testing.T) {
 	for _, allow := range []bool{false, true} {
 		n := network("n", "169.254.0.0/16", "169.254.0.1")
 		client := fake.NewSimpleClientset(n)
-		informer := informers.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
+		informer := informers.NewSharedInformerFactory(client, 0).Samplecrd().V2().Networks()
 		be := backendtest.New()
 		c, err := New(context.Background(), client, informer, be, record.NewFakeRecorder(100), metrics.New(),
 			Options{Workers: 1, Resync: time.Hour, AllowReservedPrefixes: allow})

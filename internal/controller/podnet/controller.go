@@ -40,9 +40,9 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -175,7 +175,7 @@ func (c *Controller) enqueuePod(obj any) {
 
 // wake queues the pods waiting for a Network.
 func (c *Controller) wake(obj any) {
-	n, ok := obj.(*samplecrdv1.Network)
+	n, ok := obj.(*samplecrdv2.Network)
 	if !ok {
 		return
 	}
@@ -187,7 +187,7 @@ func (c *Controller) forget(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	n, ok := obj.(*samplecrdv1.Network)
+	n, ok := obj.(*samplecrdv2.Network)
 	if !ok {
 		return
 	}
@@ -395,11 +395,14 @@ func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
 // poolLocked is the pool of a Network, built from the allocations the pods
 // carry the first time it is needed, and again if the Network's cidr or
 // gateway changed.
-func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error) {
-	resolved, errs := c.resolver.Resolve(network.Spec)
+func (c *Controller) poolLocked(network *samplecrdv2.Network) (*ipam.Pool, error) {
+	families, errs := c.resolver.ResolveFamilies(network.Spec)
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
+	// Pods get an address of the primary family; admission refuses a
+	// second one until they get one of each.
+	resolved := families[0]
 	if p, ok := c.pools[network.UID]; ok && p.Prefix() == resolved.Prefix && p.Gateway() == resolved.Gateway {
 		return p, nil
 	}
@@ -449,7 +452,7 @@ func (c *Controller) poolLocked(network *samplecrdv1.Network) (*ipam.Pool, error
 }
 
 // Usage counts the Network's addresses that pods hold, and those left.
-func (c *Controller) Usage(network *samplecrdv1.Network) (allocated int64, available *big.Int, err error) {
+func (c *Controller) Usage(network *samplecrdv2.Network) (allocated int64, available *big.Int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, err := c.poolLocked(network)
@@ -462,7 +465,7 @@ func (c *Controller) Usage(network *samplecrdv1.Network) (allocated int64, avail
 // Retire stops allocating in a Network that is being deleted, and counts
 // the pods that still hold addresses in it, naming up to limit of them.
 // Both under one lock: once it reports none, none are handed out.
-func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
+func (c *Controller) Retire(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.retired[network.UID] = true
@@ -471,13 +474,13 @@ func (c *Controller) Retire(network *samplecrdv1.Network, limit int) (netselect.
 
 // Held counts the pods that hold addresses in a Network, naming up to
 // limit of them.
-func (c *Controller) Held(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
+func (c *Controller) Held(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.heldLocked(network, limit)
 }
 
-func (c *Controller) heldLocked(network *samplecrdv1.Network, limit int) (netselect.Holders, error) {
+func (c *Controller) heldLocked(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
 	p, err := c.poolLocked(network)
 	if err != nil {
 		// No valid spec, no pool: nothing can have been allocated.

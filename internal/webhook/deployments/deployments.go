@@ -25,7 +25,7 @@ import (
 	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/webhook"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 // Attacher is the Deployment webhook's handler.

@@ -15,14 +15,15 @@ import (
 
 	"github.com/netop-dev/netop/internal/netselect"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
 func TestAdmit(t *testing.T) {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	owned := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns", UID: "d1"}}
-	_ = indexer.Add(&samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: "ns"}})
-	_ = indexer.Add(&samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns",
+	_ = indexer.Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: "ns"}})
+	_ = indexer.Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns",
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owned, appsv1.SchemeGroupVersion.WithKind("Deployment"))}}})
 	a := &Attacher{Networks: samplecrdlisters.NewNetworkLister(indexer)}
 	auto := map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto}

@@ -7,7 +7,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netop-dev/netop/internal/overlap"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // CIDRs indexes the cidr of every Network not being deleted, kept current
@@ -32,7 +32,7 @@ func (c *CIDRs) Watch(informer cache.SharedIndexInformer) error {
 			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = gone.Obj
 			}
-			if n, ok := obj.(*samplecrdv1.Network); ok {
+			if n, ok := obj.(*samplecrdv2.Network); ok {
 				c.Delete(n)
 			}
 		},
@@ -45,27 +45,33 @@ func (c *CIDRs) Watch(informer cache.SharedIndexInformer) error {
 func (c *CIDRs) HasSynced() bool { return c.handler == nil || c.handler.HasSynced() }
 
 func (c *CIDRs) set(obj any) {
-	if n, ok := obj.(*samplecrdv1.Network); ok {
+	if n, ok := obj.(*samplecrdv2.Network); ok {
 		c.Set(n)
 	}
 }
 
-// Set records n's cidr, or forgets n while it is being deleted. The cidr is
-// parsed, not resolved: a Network that today's rules refuse (a reserved
-// range, a /32) may have been built before they did, and still holds it.
-func (c *CIDRs) Set(n *samplecrdv1.Network) {
-	p, err := netip.ParsePrefix(n.Spec.CIDR)
-	if err != nil || n.DeletionTimestamp != nil {
+// Set records n's cidrs, or forgets n while it is being deleted. The cidrs
+// are parsed, not resolved: a Network that today's rules refuse (a
+// reserved range, a /32) may have been built before they did, and still
+// holds them.
+func (c *CIDRs) Set(n *samplecrdv2.Network) {
+	var prefixes []netip.Prefix
+	for _, cidr := range n.Spec.CIDRs {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			prefixes = append(prefixes, p.Masked())
+		}
+	}
+	if len(prefixes) == 0 || n.DeletionTimestamp != nil {
 		c.Delete(n)
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.index.Set(overlap.Entry{Namespace: n.Namespace, Name: n.Name, UID: n.UID, Created: n.CreationTimestamp.Time, Prefixes: []netip.Prefix{p.Masked()}})
+	c.index.Set(overlap.Entry{Namespace: n.Namespace, Name: n.Name, UID: n.UID, Created: n.CreationTimestamp.Time, Prefixes: prefixes})
 }
 
 // Delete forgets n.
-func (c *CIDRs) Delete(n *samplecrdv1.Network) {
+func (c *CIDRs) Delete(n *samplecrdv2.Network) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.index.Remove(n.UID)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
@@ -21,10 +21,10 @@ import (
 func TestCIDRsFollowInformer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a", UID: "ua"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.0.0.0/16"}}
+	a := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a", UID: "ua"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/16"}}}
 	client := fake.NewSimpleClientset(a)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	informer := factory.Samplecrd().V1().Networks().Informer()
+	informer := factory.Samplecrd().V2().Networks().Informer()
 	cidrs := NewCIDRs()
 	if err := cidrs.Watch(informer); err != nil {
 		t.Fatal(err)
@@ -56,25 +56,25 @@ func TestCIDRsFollowInformer(t *testing.T) {
 	eventually("itself", "10.0.0.0/16", "x", "a", "")
 	eventually("disjoint", "10.1.0.0/16", "y", "b", "")
 
-	a.Spec.CIDR = "10.1.0.0/16"
-	if _, err := client.SamplecrdV1().Networks("x").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+	a.Spec.CIDRs = []string{"10.1.0.0/16"}
+	if _, err := client.SamplecrdV2().Networks("x").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually("moved to", "10.1.0.0/16", "y", "b", "x/a")
 	eventually("moved from", "10.0.0.0/16", "y", "b", "")
 
 	a.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	if _, err := client.SamplecrdV1().Networks("x").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.SamplecrdV2().Networks("x").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually("being deleted", "10.1.0.0/16", "y", "b", "")
 
-	c := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "z", Name: "c", UID: "uc"}, Spec: samplecrdv1.NetworkSpec{CIDR: "fd00::/64"}}
-	if _, err := client.SamplecrdV1().Networks("z").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+	c := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "z", Name: "c", UID: "uc"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"fd00::/64"}}}
+	if _, err := client.SamplecrdV2().Networks("z").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually("created", "fd00::/48", "y", "b", "z/c")
-	if err := client.SamplecrdV1().Networks("z").Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+	if err := client.SamplecrdV2().Networks("z").Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually("deleted", "fd00::/48", "y", "b", "")

@@ -22,6 +22,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Admission holds what the Network webhooks need: every Network's cidr,
@@ -41,7 +42,7 @@ type Admission struct {
 // AddressHolders counts the pods that hold addresses in a Network (the
 // allocation controller), naming up to limit of them.
 type AddressHolders interface {
-	Held(n *samplecrdv1.Network, limit int) (netselect.Holders, error)
+	Held(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
 }
 
 func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
@@ -98,20 +99,34 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, resolved)}
 }
 
+// toV2 converts an admitted v1 Network, with the families its annotation
+// keeps, to v2, the version netop's caches hold, through the hub.
+func toV2(n *samplecrdv1.Network) (*samplecrdv2.Network, error) {
+	hub := &samplecrd.Network{}
+	if err := samplecrdv1.Convert_v1_Network_To_samplecrd_Network(n, hub, nil); err != nil {
+		return nil, err
+	}
+	out := &samplecrdv2.Network{}
+	if err := samplecrdv2.Convert_samplecrd_Network_To_v2_Network(hub, out, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // oneFamily refuses a second address family, which a v2 client asks for
 // in spec.cidrs and spec.gateways and a v1 Network carries in its
 // spec-families annotation: the controller and the backends build one
 // family per Network so far.
 func oneFamily(n *samplecrdv1.Network) field.ErrorList {
-	hub := &samplecrd.Network{}
-	if err := samplecrdv1.Convert_v1_Network_To_samplecrd_Network(n, hub, nil); err != nil {
+	v2, err := toV2(n)
+	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
 	const reason = "dual-stack Networks (a second address family) are not supported yet: give one"
 	switch {
-	case len(hub.Spec.CIDRs) > 1:
+	case len(v2.Spec.CIDRs) > 1:
 		return field.ErrorList{field.Forbidden(field.NewPath("spec", "cidrs"), reason+" cidr")}
-	case len(hub.Spec.Gateways) > 1:
+	case len(v2.Spec.Gateways) > 1:
 		return field.ErrorList{field.Forbidden(field.NewPath("spec", "gateways"), reason+" gateway")}
 	}
 	return nil
@@ -137,7 +152,11 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, resolved netspec.Res
 	if len(errs) > 0 || was.Prefix == resolved.Prefix && was.Gateway == resolved.Gateway {
 		return nil
 	}
-	holders, err := a.Addresses.Held(old, 3)
+	stored, err := toV2(old)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	}
+	holders, err := a.Addresses.Held(stored, 3)
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
 	}

@@ -22,14 +22,18 @@ import (
 
 // admissionWith has the given Networks in its index, as the informer's
 // handlers would.
-func admissionWith(_ testing.TB, nets ...*samplecrdv1.Network) *Admission {
+func admissionWith(tb testing.TB, nets ...*samplecrdv1.Network) *Admission {
 	cidrs := NewCIDRs()
 	for i, n := range nets {
 		if n.UID == "" {
 			n = n.DeepCopy()
 			n.UID = types.UID(fmt.Sprintf("uid-%d", i))
 		}
-		cidrs.Set(n)
+		stored, err := toV2(n)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cidrs.Set(stored)
 	}
 	return &Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(netopscheme.Scheme)}
 }

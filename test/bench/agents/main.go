@@ -202,6 +202,13 @@ func run(agentCount, networkCount int) error {
 	if err := install.CRDs(ctx, cfg); err != nil {
 		return err
 	}
+	// The bench writes v1, the storage version is v2: conversion until the
+	// controller serves it.
+	conversion, err := testenv.ServeConversion(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conversion.Close()
 	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
 		return err
 	}

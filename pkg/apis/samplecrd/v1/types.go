@@ -8,7 +8,6 @@ import (
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:storageversion
 // +kubebuilder:resource:scope=Namespaced,shortName=net,categories=netop
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=unapproved, the group of the classic custom-controller tutorial"
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`,description="The address range of the network."

@@ -4,9 +4,9 @@
 // generated functions (zz_generated.conversion.go): its fields are the
 // hub's.
 //
-// It is served beside v1, which stays the storage version (README,
-// "API versions"); the API server converts through netop's conversion
-// webhook.
+// It is the storage version and the version netop reads and writes; v1 is
+// served beside it, converted by netop's conversion webhook (README, "API
+// versions").
 //
 // +k8s:deepcopy-gen=package
 // +k8s:conversion-gen=github.com/netop-dev/netop/pkg/apis/samplecrd

@@ -8,6 +8,7 @@ import (
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:storageversion
 // +kubebuilder:resource:scope=Namespaced,shortName=net,categories=netop
 // +kubebuilder:printcolumn:name="CIDRs",type=string,JSONPath=`.spec.cidrs`,description="The address ranges of the network, one per family."
 // +kubebuilder:printcolumn:name="Gateways",type=string,JSONPath=`.spec.gateways`,description="The gateway addresses, in the order of the cidrs."
@@ -76,6 +77,14 @@ type NetworkSpec struct {
 // BackendType names the kind of backend that provides a network.
 // +kubebuilder:validation:Enum=linux;neutron
 type BackendType string
+
+const (
+	// BackendLinux is a Linux bridge on each node.
+	BackendLinux BackendType = "linux"
+	// BackendNeutron is an OpenStack Neutron network with a subnet per
+	// family.
+	BackendNeutron BackendType = "neutron"
+)
 
 // NetworkStatus is the observed state of a Network.
 type NetworkStatus struct {
