@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,45 +73,101 @@ func TestSeedNetworkReadsAsV2(t *testing.T) {
 	}
 }
 
-// Until the controller builds them, dual-stack Networks are refused at
-// admission, naming the field, whether a v2 client asks for a second family
-// on create or adds it by an update (which leaves v1's spec unchanged) or a
-// v1 client writes the annotation that keeps it.
-func TestDualStackIsRefusedNamingTheField(t *testing.T) {
+// A dual-stack v2 Network: its gateways defaulted at admission, built as
+// one bridge with both gateways, Ready with both families in status; a v1
+// client sees the first family and its update keeps the second; a second
+// family overlapping another Network is refused, naming the item.
+func TestDualStackNetwork(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	networks := env.Netop.SamplecrdV2().Networks(ns)
-	const want = "spec.cidrs: Forbidden: dual-stack Networks (a second address family) are not supported yet"
-	_, err := networks.Create(t.Context(), &samplecrdv2.Network{
+	created, err := networks.Create(t.Context(), &samplecrdv2.Network{
 		ObjectMeta: metav1.ObjectMeta{Name: "dual"},
 		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.122.0.0/24", "fd00:122::/64"}},
 	}, metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("dual-stack create: %v, want refused with %q", err, want)
+	if err != nil {
+		t.Fatalf("dual-stack create: %v", err)
 	}
-
-	if _, err := networks.Create(t.Context(), &samplecrdv2.Network{
-		ObjectMeta: metav1.ObjectMeta{Name: "single"},
-		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.122.0.0/24"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if !slices.Equal(created.Spec.Gateways, []string{"10.122.0.1", "fd00:122::1"}) {
+		t.Errorf("gateways defaulted to %v, want [10.122.0.1 fd00:122::1]", created.Spec.Gateways)
 	}
-	second := `{"spec":{"cidrs":["10.122.0.0/24","fd00:122::/64"]}}`
-	if _, err := networks.Patch(t.Context(), "single", types.MergePatchType, []byte(second), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("adding a second family by a v2 update: %v, want refused with %q", err, want)
-	}
-	patch := `{"metadata":{"annotations":{"` + samplecrdv1.SpecFamiliesAnnotation + `":"{\"cidrs\":[\"10.122.0.0/24\",\"fd00:122::/64\"]}"}}}`
-	if _, err := env.Netop.SamplecrdV1().Networks(ns).Patch(t.Context(), "single", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("a v1 client writing the families annotation: %v, want refused with %q", err, want)
-	}
-	got, err := networks.Get(t.Context(), "single", metav1.GetOptions{})
+	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	dual, err := networks.Get(t.Context(), "dual", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.Spec.CIDRs, []string{"10.122.0.0/24"}) {
-		t.Errorf("after the refusals: cidrs %v", got.Spec.CIDRs)
+	if !slices.Equal(dual.Status.CIDRs, []string{"10.122.0.0/24", "fd00:122::/64"}) || !slices.Equal(dual.Status.Gateways, []string{"10.122.0.1", "fd00:122::1"}) || dual.Status.Backend == nil {
+		t.Fatalf("status %+v, want both families", dual.Status)
 	}
+	if got := bridgeAddresses(t, dual.Status.Backend.Interface); !slices.Equal(got, []string{"10.122.0.1/24", "fd00:122::1/64"}) {
+		t.Errorf("bridge %s carries %v, want both gateways", dual.Status.Backend.Interface, got)
+	}
+
+	// A v1 client: the first family, and an update that keeps the second.
+	v1 := env.Netop.SamplecrdV1().Networks(ns)
+	old, err := v1.Get(t.Context(), "dual", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Spec.CIDR != "10.122.0.0/24" || old.Status.CIDR != "10.122.0.0/24" {
+		t.Errorf("read as v1: spec %+v, status cidr %s", old.Spec, old.Status.CIDR)
+	}
+	old.Spec.Gateway = "10.122.0.9"
+	if _, err := v1.Update(t.Context(), old, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("v1 update: %v", err)
+	}
+	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	dual, err = networks.Get(t.Context(), "dual", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dual.Spec.CIDRs, []string{"10.122.0.0/24", "fd00:122::/64"}) || !slices.Equal(dual.Spec.Gateways, []string{"10.122.0.9", "fd00:122::1"}) {
+		t.Errorf("after a v1 update: spec %+v, want the IPv6 half kept and the new IPv4 gateway", dual.Spec)
+	}
+	if got := bridgeAddresses(t, dual.Status.Backend.Interface); !slices.Equal(got, []string{"10.122.0.9/24", "fd00:122::1/64"}) {
+		t.Errorf("after a v1 update the bridge carries %v", got)
+	}
+
+	_, err = networks.Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "overlapping"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.123.0.0/24", "fd00:122::/80"}},
+	}, metav1.CreateOptions{})
+	if want := "spec.cidrs[1]: Invalid value: \"fd00:122::/80\": overlaps Network " + ns + "/dual"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a second family overlapping another Network: %v, want refused with %q", err, want)
+	}
+}
+
+// bridgeAddresses lists the addresses of the bridge name in the operator's
+// network namespace, link-local ones aside, sorted.
+func bridgeAddresses(t *testing.T, name string) []string {
+	t.Helper()
+	handleNS, err := netns.GetFromName(operatorNetns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = handleNS.Close() }()
+	handle, err := netlink.NewHandleAt(handleNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handle.Close()
+	link, err := handle.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := handle.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if !a.IP.IsLinkLocalUnicast() {
+			out = append(out, a.IPNet.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // With the conversion webhook unreachable, reading or writing Networks in

@@ -400,8 +400,8 @@ func (c *Controller) poolLocked(network *samplecrdv2.Network) (*ipam.Pool, error
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	// Pods get an address of the primary family; admission refuses a
-	// second one until they get one of each.
+	// Pods get an address of the primary family only, so far (README,
+	// "Dual-stack Networks").
 	resolved := families[0]
 	if p, ok := c.pools[network.UID]; ok && p.Prefix() == resolved.Prefix && p.Gateway() == resolved.Gateway {
 		return p, nil

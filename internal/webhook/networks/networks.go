@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -80,23 +81,23 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		}
 	}
-	errs := oneFamily(n)
-	var resolved netspec.Resolved
-	if len(errs) == 0 {
-		resolved, errs = a.Resolver.Resolve(n.Spec)
+	stored, err := toV2(n)
+	if err != nil {
+		return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("converting Network %s: %v", n.Name, err))
 	}
+	families, errs := a.resolve(n, stored)
 	if len(errs) == 0 {
-		errs = a.overlaps(n, resolved)
+		errs = a.overlaps(n, stored, families)
 	}
 	if len(errs) == 0 && req.Operation == admissionv1.Update {
-		errs = a.addressesHeld(a.decodeOld(req), resolved)
+		errs = a.addressesHeld(a.decodeOld(req), families)
 	}
 	if len(errs) > 0 {
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
 	}
-	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, resolved)}
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, families[0])}
 }
 
 // toV2 converts an admitted v1 Network, with the families its annotation
@@ -113,59 +114,74 @@ func toV2(n *samplecrdv1.Network) (*samplecrdv2.Network, error) {
 	return out, nil
 }
 
-// oneFamily refuses a second address family, which a v2 client asks for
-// in spec.cidrs and spec.gateways and a v1 Network carries in its
-// spec-families annotation: the controller and the backends build one
-// family per Network so far.
-func oneFamily(n *samplecrdv1.Network) field.ErrorList {
-	v2, err := toV2(n)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+// dualStack reports whether stored has a second family (or a second
+// gateway without one, which resolving it refuses).
+func dualStack(stored *samplecrdv2.Network) bool {
+	return len(stored.Spec.CIDRs) > 1 || len(stored.Spec.Gateways) > 1
+}
+
+// resolve resolves n's families as the controller will. A Network of one
+// family is resolved as v1 sees it, so that the tutorial's users read
+// errors about spec.cidr; a second family, from a v2 client or the
+// annotation that keeps it in v1, is resolved as v2, naming spec.cidrs[i].
+func (a *Admission) resolve(n *samplecrdv1.Network, stored *samplecrdv2.Network) (netspec.Families, field.ErrorList) {
+	if dualStack(stored) {
+		return a.Resolver.ResolveFamilies(stored.Spec)
 	}
-	const reason = "dual-stack Networks (a second address family) are not supported yet: give one"
-	switch {
-	case len(v2.Spec.CIDRs) > 1:
-		return field.ErrorList{field.Forbidden(field.NewPath("spec", "cidrs"), reason+" cidr")}
-	case len(v2.Spec.Gateways) > 1:
-		return field.ErrorList{field.Forbidden(field.NewPath("spec", "gateways"), reason+" gateway")}
+	resolved, errs := a.Resolver.Resolve(n.Spec)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return netspec.Families{resolved}, nil
+}
+
+// overlaps finds another Network, in any namespace, whose cidrs overlap one
+// of n's.
+func (a *Admission) overlaps(n *samplecrdv1.Network, stored *samplecrdv2.Network, families netspec.Families) field.ErrorList {
+	for i, f := range families {
+		other, ok := a.CIDRs.Overlapping(f.Prefix, n.Namespace, n.Name)
+		if !ok {
+			continue
+		}
+		path, value := field.NewPath("spec", "cidr"), n.Spec.CIDR
+		if dualStack(stored) {
+			path, value = field.NewPath("spec", "cidrs").Index(i), stored.Spec.CIDRs[i]
+		}
+		return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Prefixes[0]))}
 	}
 	return nil
 }
 
-// overlaps finds another Network, in any namespace, whose cidr overlaps.
-func (a *Admission) overlaps(n *samplecrdv1.Network, resolved netspec.Resolved) field.ErrorList {
-	other, ok := a.CIDRs.Overlapping(resolved.Prefix, n.Namespace, n.Name)
-	if !ok {
-		return nil
-	}
-	return field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR,
-		fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Prefixes[0]))}
-}
-
 // addressesHeld refuses to move the addresses of a Network that pods hold
 // addresses of: they would keep addresses outside it.
-func (a *Admission) addressesHeld(old *samplecrdv1.Network, resolved netspec.Resolved) field.ErrorList {
+func (a *Admission) addressesHeld(old *samplecrdv1.Network, families netspec.Families) field.ErrorList {
 	if a.Addresses == nil || old == nil {
-		return nil
-	}
-	was, errs := a.Resolver.Resolve(old.Spec)
-	if len(errs) > 0 || was.Prefix == resolved.Prefix && was.Gateway == resolved.Gateway {
 		return nil
 	}
 	stored, err := toV2(old)
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
+	was, errs := a.resolve(old, stored)
+	samePrefixes := slices.Equal(was.Prefixes(), families.Prefixes())
+	if len(errs) > 0 || samePrefixes && slices.Equal(was.Gateways(), families.Gateways()) {
+		return nil
+	}
 	holders, err := a.Addresses.Held(stored, 3)
 	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("spec", "cidr"), err)}
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
 	if holders.Count == 0 {
 		return nil
 	}
 	path, value := field.NewPath("spec", "cidr"), old.Spec.CIDR
-	if was.Prefix == resolved.Prefix {
+	switch {
+	case samePrefixes && dualStack(stored):
+		path, value = field.NewPath("spec", "gateways"), strings.Join(was.Gateways(), ",")
+	case samePrefixes:
 		path, value = field.NewPath("spec", "gateway"), old.Spec.Gateway
+	case dualStack(stored):
+		path, value = field.NewPath("spec", "cidrs"), strings.Join(stored.Spec.CIDRs, ",")
 	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
 }
@@ -217,6 +233,9 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 			ops = append(ops, jsonpatch.NewOperation("add", "/spec/gateway", resolved.Gateway.String()))
 		}
 	}
+	if op, ok := a.defaultSecondGateway(n); ok {
+		ops = append(ops, op)
+	}
 	if req.Operation == admissionv1.Create && n.DeletionTimestamp == nil && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		if len(n.Finalizers) == 0 {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{samplecrdv1.Finalizer}))
@@ -225,4 +244,27 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 	}
 	return webhook.Patched(ops)
+}
+
+// defaultSecondGateway fills in the gateway of a second family that has
+// none, in the annotation that keeps the families in v1 (v2's
+// spec.gateways[1]), as Default does for the first in spec.gateway. An
+// invalid cidr is left for validation to report.
+func (a *Admission) defaultSecondGateway(n *samplecrdv1.Network) (jsonpatch.Operation, bool) {
+	stored, err := toV2(n)
+	if err != nil || len(stored.Spec.CIDRs) != 2 || len(stored.Spec.Gateways) == 2 && stored.Spec.Gateways[1] != "" {
+		return jsonpatch.Operation{}, false
+	}
+	second, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: stored.Spec.CIDRs[1]})
+	if len(errs) > 0 {
+		return jsonpatch.Operation{}, false
+	}
+	stored.Spec.Gateways = []string{n.Spec.Gateway, second.Gateway.String()}
+	hub := &samplecrd.Network{}
+	v1 := &samplecrdv1.Network{}
+	if samplecrdv2.Convert_v2_Network_To_samplecrd_Network(stored, hub, nil) != nil || samplecrdv1.Convert_samplecrd_Network_To_v1_Network(hub, v1, nil) != nil {
+		return jsonpatch.Operation{}, false
+	}
+	key := strings.ReplaceAll(samplecrdv1.SpecFamiliesAnnotation, "/", "~1")
+	return jsonpatch.NewOperation("replace", "/metadata/annotations/"+key, v1.Annotations[samplecrdv1.SpecFamiliesAnnotation]), true
 }

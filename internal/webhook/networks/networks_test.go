@@ -232,39 +232,46 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
-// A second family is refused until the controller builds it, whether a v2
-// client asked for it (the API server sends v1 with the families in the
-// annotation) or a v1 client wrote the annotation; so is an update that
-// adds it to an admitted Network without touching the v1 spec.
-func TestValidateRefusesASecondFamily(t *testing.T) {
-	a := admissionWith(t)
-	single := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.7.0.0/24", Gateway: "10.7.0.1"}}
-	withFamilies := func(value string) *samplecrdv1.Network {
-		n := single.DeepCopy()
-		n.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: value}
-		return n
+// A second family, from a v2 client (the API server sends v1 with the
+// families in the annotation) or a v1 client that wrote the annotation, is
+// validated as v2: each family resolved and checked for overlaps, the
+// errors naming the item; defaulting fills in its gateway.
+func TestValidateDualStack(t *testing.T) {
+	existing := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "v6"}, Spec: samplecrdv1.NetworkSpec{CIDR: "fd09::/48"}}
+	a := admissionWith(t, existing)
+	withFamilies := func(cidr, value string) *samplecrdv1.Network {
+		return &samplecrdv1.Network{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", Annotations: map[string]string{samplecrdv1.SpecFamiliesAnnotation: value}},
+			Spec:       samplecrdv1.NetworkSpec{CIDR: cidr},
+		}
 	}
 	for _, tc := range []struct {
 		name string
 		n    *samplecrdv1.Network
-		want string
+		want string // empty: allowed
 	}{
-		{"two cidrs", withFamilies(`{"cidrs":["10.7.0.0/24","fd07::/64"]}`), "spec.cidrs: Forbidden: dual-stack Networks (a second address family) are not supported yet: give one cidr"},
-		{"two gateways", withFamilies(`{"gateways":["10.7.0.1","fd07::1"]}`), "spec.gateways: Forbidden"},
+		{"dual-stack", withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::/64"]}`), ""},
+		{"IPv6 first", withFamilies("fd07::/64", `{"cidrs":["fd07::/64","10.7.0.0/24"],"gateways":["fd07::9",""]}`), ""},
+		{"second too long", withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::1/128"]}`), "spec.cidrs[1]: Invalid value: \"fd07::1/128\": must leave room"},
+		{"one family twice", withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","10.8.0.0/24"]}`), "spec.cidrs: Invalid value"},
+		{"second gateway outside", withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::/64"],"gateways":["","fd08::1"]}`), "spec.gateways[1]: Invalid value: \"fd08::1\": must be an address inside spec.cidrs[1]"},
+		{"two gateways, one cidr", withFamilies("10.7.0.0/24", `{"gateways":["10.7.0.1","fd07::1"]}`), "spec.gateways: Too many"},
+		{"second overlaps", withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd09:0:0:1::/64"]}`), "spec.cidrs[1]: Invalid value: \"fd09:0:0:1::/64\": overlaps Network other/v6 (fd09::/48)"},
 	} {
-		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {
-			req := request(op, tc.n)
-			if op == admissionv1.Update {
-				req.OldObject = request(op, single).Object
-			}
-			if resp := a.Validate(context.Background(), req); resp.Allowed || !strings.Contains(resp.Result.Message, tc.want) {
-				t.Errorf("%s, %s: allowed=%v %v, want refused with %q", tc.name, op, resp.Allowed, resp.Result, tc.want)
-			}
+		resp := a.Validate(context.Background(), request(admissionv1.Create, tc.n))
+		switch {
+		case tc.want == "" && !resp.Allowed:
+			t.Errorf("%s: refused: %v", tc.name, resp.Result)
+		case tc.want != "" && (resp.Allowed || !strings.Contains(resp.Result.Message, tc.want)):
+			t.Errorf("%s: allowed=%v %v, want refused with %q", tc.name, resp.Allowed, resp.Result, tc.want)
 		}
 	}
-	// One family in the annotation (v1 writes none then, but a v2 object
-	// converted by an older netop might) is one family.
-	if resp := a.Validate(context.Background(), request(admissionv1.Create, withFamilies(`{"cidrs":["10.7.0.0/24"]}`))); !resp.Allowed {
-		t.Errorf("one family refused: %v", resp.Result)
+
+	patch := string(a.Default(context.Background(), request(admissionv1.Create, withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::/64"]}`))).Patch)
+	if !strings.Contains(patch, `"path":"/metadata/annotations/samplecrd.k8s.io~1spec-families"`) || !strings.Contains(patch, `fd07::1`) || !strings.Contains(patch, `"path":"/spec/gateway","value":"10.7.0.1"`) {
+		t.Errorf("Default of a dual-stack Network without gateways: %s, want both gateways filled in", patch)
+	}
+	if patch := string(a.Default(context.Background(), request(admissionv1.Create, withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::/64"],"gateways":["10.7.0.1","fd07::5"]}`))).Patch); strings.Contains(patch, "spec-families") {
+		t.Errorf("Default changed given gateways: %s", patch)
 	}
 }
