@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,7 @@ import (
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestMain(m *testing.M) {
@@ -406,4 +408,45 @@ func backendOps(t *testing.T, op *operator.Operator, operation string) float64 {
 		t.Fatal(err)
 	}
 	return float64(m.GetHistogram().GetSampleCount())
+}
+
+// A dual-stack v2 Network on Neutron: one network with a subnet per family,
+// both recorded in status.backend.subnetIDs in the order of the cidrs, and
+// nothing left once it is deleted.
+func TestNeutronDualStack(t *testing.T) {
+	h := newHarness(t, nil, time.Minute)
+	h.start()
+	nets := h.env.Netop.SamplecrdV2().Networks(h.ns)
+	if _, err := nets.Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"fd00:140::/64", "10.140.0.0/24"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitReady("dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	n, err := nets.Get(t.Context(), "dual", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := n.Status.Backend
+	if b == nil || b.Type != samplecrdv2.BackendNeutron || b.NetworkID == "" || len(b.SubnetIDs) != 2 {
+		t.Fatalf("status.backend = %+v, want a network and two subnets", b)
+	}
+	for i, want := range []struct{ cidr, gateway string }{{"fd00:140::/64", "fd00:140::1"}, {"10.140.0.0/24", "10.140.0.1"}} {
+		if s := h.subnet(b.SubnetIDs[i]); s.CIDR != want.cidr || s.GatewayIP != want.gateway || s.NetworkID != b.NetworkID {
+			t.Errorf("subnet %d: %s gateway %s in network %s, want %s gateway %s in %s", i, s.CIDR, s.GatewayIP, s.NetworkID, want.cidr, want.gateway, b.NetworkID)
+		}
+	}
+	if !slices.Equal(n.Status.Gateways, []string{"fd00:140::1", "10.140.0.1"}) {
+		t.Errorf("status.gateways = %v", n.Status.Gateways)
+	}
+
+	if err := nets.Delete(t.Context(), "dual", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := nets.Get(ctx, "dual", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("still there: %v", err)
+	})
+	h.waitNothingLeft()
 }
