@@ -79,7 +79,7 @@ go tool controller-gen crd:crdVersions=v1 paths=./pkg/apis/... output:crd:artifa
 
 # controller-gen has no marker for a conversion webhook, so it is added
 # here, as kubebuilder's kustomize patch does: the API server converts
-# Networks between v1 and v2 through netop's webhook Service, whose
+# Networks between v1 and v2 through netop's conversion Service, whose
 # caBundle netop injects at start and on every certificate renewal. A
 # netop that reaches its webhook by URL (standalone) points it there.
 crd=config/crd/samplecrd.k8s.io_networks.yaml
@@ -89,7 +89,7 @@ awk '{ print } /^spec:$/ && !done { done = 1
   print "    webhook:"
   print "      clientConfig:"
   print "        service:"
-  print "          name: netop-webhook"
+  print "          name: netop-conversion"
   print "          namespace: netop-system"
   print "          path: /convert"
   print "          port: 443"

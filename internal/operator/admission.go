@@ -75,8 +75,10 @@ func newAdmission(ctx context.Context, o *Options, cfg *rest.Config, kube kubern
 	if o.WebhookLocal {
 		serving.IPs = []net.IP{net.ParseIP("127.0.0.1")}
 	} else {
-		svc := o.WebhookService + "." + o.OperatorNamespace + ".svc"
-		serving.DNSNames = []string{svc, svc + ".cluster.local"}
+		for _, name := range []string{o.WebhookService, o.ConversionService} {
+			svc := name + "." + o.OperatorNamespace + ".svc"
+			serving.DNSNames = append(serving.DNSNames, svc, svc+".cluster.local")
+		}
 	}
 	var store webhook.CertStore = webhook.SecretStore{Client: kube, Namespace: o.OperatorNamespace, Name: "netop-webhook-cert"}
 	if o.WebhookCertDir != "" {
@@ -140,13 +142,16 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 	errc := make(chan error, 1)
 	wg.Start(func() { errc <- a.server.Run(ctx, a.listener) })
 	a.serving.Store(true)
-	target := webhook.Target{Service: &admissionregistrationv1.ServiceReference{
-		Namespace: a.opts.OperatorNamespace, Name: a.opts.WebhookService, Port: ptr.To[int32](443),
-	}}
-	if a.opts.WebhookLocal {
-		target = webhook.Target{URL: "https://" + a.listener.Addr().String()}
+	service := func(name string) webhook.Target {
+		if a.opts.WebhookLocal {
+			return webhook.Target{URL: "https://" + a.listener.Addr().String()}
+		}
+		return webhook.Target{Service: &admissionregistrationv1.ServiceReference{
+			Namespace: a.opts.OperatorNamespace, Name: name, Port: ptr.To[int32](443),
+		}}
 	}
-	if err := webhook.RegisterConversion(ctx, a.crds, NetworkCRD, target, PathConvert, a.certs.CABundle()); err != nil {
+	target, conversionTarget := service(a.opts.WebhookService), service(a.opts.ConversionService)
+	if err := webhook.RegisterConversion(ctx, a.crds, NetworkCRD, conversionTarget, PathConvert, a.certs.CABundle()); err != nil {
 		return stopped(ctx, err)
 	}
 	close(a.conversionRegistered)
@@ -162,7 +167,7 @@ func (a *admission) run(ctx context.Context, synced <-chan struct{}) error {
 		if err := webhook.Register(ctx, a.kube, a.webhooks, target, caBundle); err != nil {
 			return err
 		}
-		return webhook.RegisterConversion(ctx, a.crds, NetworkCRD, target, PathConvert, caBundle)
+		return webhook.RegisterConversion(ctx, a.crds, NetworkCRD, conversionTarget, PathConvert, caBundle)
 	}
 	if err := register(ctx, a.certs.CABundle()); err != nil {
 		return stopped(ctx, err)

@@ -97,6 +97,11 @@ type Options struct {
 	// WebhookService is the Service in OperatorNamespace in front of the
 	// webhook server (in a cluster).
 	WebhookService string
+	// ConversionService is the Service in OperatorNamespace in front of
+	// the conversion webhook: the same server, reachable before the
+	// replica is ready (publishNotReadyAddresses), which admission must
+	// not be.
+	ConversionService string
 	// WebhookCertDir keeps the webhook CA and certificate in files;
 	// empty keeps them in a Secret in OperatorNamespace.
 	WebhookCertDir string
@@ -175,6 +180,7 @@ func NewOptions() *Options {
 		OperatorNamespace: operatorNamespace(),
 		WebhookAddr:       ":9443",
 		WebhookService:    "netop-webhook",
+		ConversionService: "netop-conversion",
 
 		WebhookMaxInflight:      webhook.DefaultMaxInFlight,
 		WebhookMaxInflightBytes: resource.QuantityValue{Quantity: *resource.NewQuantity(webhook.DefaultMaxBodyBytesInFlight, resource.BinarySI)},
@@ -229,6 +235,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
 	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
+	fs.StringVar(&o.ConversionService, "conversion-service", o.ConversionService, "Service in --operator-namespace that routes to the webhook server's conversion webhook, not-ready replicas included.")
 	fs.BoolVar(&o.WebhookLocal, "webhook-local", o.WebhookLocal, "Register the webhooks by the listener's https://127.0.0.1 URL instead of --webhook-service, for a netop running beside its API server.")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "Keep the webhook CA and certificate in this directory instead of a Secret.")
 	fs.IntVar(&o.WebhookMaxInflight, "webhook-max-inflight", o.WebhookMaxInflight, "Admission reviews the webhook server serves at once; more are answered 429 Too Many Requests with Retry-After (the API server retries within the webhook's timeout, then applies its failurePolicy). 0: no limit.")

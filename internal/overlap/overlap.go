@@ -38,6 +38,22 @@ type Entry struct {
 	Prefixes []netip.Prefix
 }
 
+// Overlapping is the first of e's prefixes that overlaps one of prefixes,
+// for messages that name it; the first of e's if none does.
+func (e Entry) Overlapping(prefixes ...netip.Prefix) netip.Prefix {
+	for _, q := range e.Prefixes {
+		for _, p := range prefixes {
+			if q.Overlaps(p) {
+				return q
+			}
+		}
+	}
+	if len(e.Prefixes) == 0 {
+		return netip.Prefix{}
+	}
+	return e.Prefixes[0]
+}
+
 // Older reports whether e wins over o: created earlier, then the smaller
 // UID, so that Networks created in the same second are still ordered.
 func (e Entry) Older(o Entry) bool {

@@ -75,7 +75,9 @@ func (s *Server) Handle(ctx context.Context, path string, h Handler) {
 // failurePolicy: never a denial that the policy would not soften.
 func (s *Server) MountGated(ctx context.Context, set Set, ready <-chan struct{}, wait time.Duration) {
 	for _, w := range set.Webhooks {
-		s.mux.Handle(w.Path, s.limiter.wrap(Gate(ready, wait, ReviewHandler(ctx, w.Handler))))
+		// Held at the gate before taking a slot of the limits, which the
+		// conversion webhook shares and the caches may wait on.
+		s.mux.Handle(w.Path, Gate(ready, wait, s.limiter.wrap(ReviewHandler(ctx, w.Handler))))
 	}
 }
 

@@ -155,7 +155,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkConflict,
 			"Network %s exists and is not this Deployment's: rename the Deployment or delete that Network", d.Name)
 		return nil
-	case cidr.IsValid() && n.DeletionTimestamp == nil && !slices.Equal(n.Spec.CIDRs, []string{cidr.String()}):
+	case cidr.IsValid() && n.DeletionTimestamp == nil && (len(n.Spec.CIDRs) == 0 || n.Spec.CIDRs[0] != cidr.String()):
 		if err := c.updateCIDR(ctx, d, n, cidr); err != nil {
 			return err
 		}
@@ -251,7 +251,12 @@ func (c *Controller) taken() ([]netip.Prefix, error) {
 // gateway is defaulted again.
 func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *samplecrdv2.Network, cidr netip.Prefix) error {
 	n = n.DeepCopy()
-	n.Spec.CIDRs, n.Spec.Gateways = []string{cidr.String()}, nil
+	// The annotation names the first family; a second one a user added
+	// stays.
+	n.Spec.CIDRs = append([]string{cidr.String()}, n.Spec.CIDRs[min(1, len(n.Spec.CIDRs)):]...)
+	if len(n.Spec.Gateways) > 0 {
+		n.Spec.Gateways = append([]string{""}, n.Spec.Gateways[1:]...)
+	}
 	if _, err := c.client.SamplecrdV2().Networks(n.Namespace).Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 			c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonNetworkRefused, "Network %s cannot move to %s: %v", n.Name, cidr, err)

@@ -157,7 +157,7 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, 
 	}
 	c.enqueueEntries(c.arbiter.Release(n.UID))
 	msg := fmt.Sprintf("spec.cidr %s overlaps Network %s/%s (%s), which is older: this Network has no backend network until that one is deleted or moves",
-		strings.Join(families.CIDRs(), " and "), winner.Namespace, winner.Name, winner.Prefixes[0])
+		strings.Join(families.CIDRs(), " and "), winner.Namespace, winner.Name, winner.Overlapping(families.Prefixes()...))
 	if ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap || ready.Message != msg {
 		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonOverlap, "Not built: %s", msg)
 		klog.FromContext(ctx).Info("Network overlaps an older one; not built", "winner", klog.KRef(winner.Namespace, winner.Name))

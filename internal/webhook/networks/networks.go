@@ -147,7 +147,7 @@ func (a *Admission) overlaps(n *samplecrdv1.Network, stored *samplecrdv2.Network
 		if dualStack(stored) {
 			path, value = field.NewPath("spec", "cidrs").Index(i), stored.Spec.CIDRs[i]
 		}
-		return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Prefixes[0]))}
+		return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Overlapping(f.Prefix)))}
 	}
 	return nil
 }
@@ -162,9 +162,10 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, families netspec.Fam
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
+	// Pods hold addresses of the first family only: the others may change.
 	was, errs := a.resolve(old, stored)
-	samePrefixes := slices.Equal(was.Prefixes(), families.Prefixes())
-	if len(errs) > 0 || samePrefixes && slices.Equal(was.Gateways(), families.Gateways()) {
+	samePrefixes := len(errs) == 0 && was[0].Prefix == families[0].Prefix
+	if len(errs) > 0 || samePrefixes && was[0].Gateway == families[0].Gateway {
 		return nil
 	}
 	holders, err := a.Addresses.Held(stored, 3)
@@ -175,13 +176,8 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, families netspec.Fam
 		return nil
 	}
 	path, value := field.NewPath("spec", "cidr"), old.Spec.CIDR
-	switch {
-	case samePrefixes && dualStack(stored):
-		path, value = field.NewPath("spec", "gateways"), strings.Join(was.Gateways(), ",")
-	case samePrefixes:
+	if samePrefixes {
 		path, value = field.NewPath("spec", "gateway"), old.Spec.Gateway
-	case dualStack(stored):
-		path, value = field.NewPath("spec", "cidrs"), strings.Join(stored.Spec.CIDRs, ",")
 	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
 }

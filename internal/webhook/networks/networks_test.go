@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	netopscheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 )
 
@@ -273,5 +275,43 @@ func TestValidateDualStack(t *testing.T) {
 	}
 	if patch := string(a.Default(context.Background(), request(admissionv1.Create, withFamilies("10.7.0.0/24", `{"cidrs":["10.7.0.0/24","fd07::/64"],"gateways":["10.7.0.1","fd07::5"]}`))).Patch); strings.Contains(patch, "spec-families") {
 		t.Errorf("Default changed given gateways: %s", patch)
+	}
+}
+
+// holding says every Network has pods holding addresses.
+type holding struct{}
+
+func (holding) Held(*samplecrdv2.Network, int) (netselect.Holders, error) {
+	return netselect.Holders{Count: 1, Pods: []string{"ns/p"}}, nil
+}
+
+// Pods hold addresses of the first family only: while they do, the first
+// family cannot move, and a second one may come, change or go.
+func TestAddressesHeldFirstFamilyOnly(t *testing.T) {
+	a := admissionWith(t)
+	a.Addresses = holding{}
+	single := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.7.0.0/24", Gateway: "10.7.0.1"}}
+	dual := single.DeepCopy()
+	dual.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: `{"cidrs":["10.7.0.0/24","fd07::/64"]}`}
+	moved := single.DeepCopy()
+	moved.Spec.Gateway = "10.7.0.9"
+	for _, tc := range []struct {
+		name     string
+		old, new *samplecrdv1.Network
+		want     string // empty: allowed
+	}{
+		{"IPv6 added", single, dual, ""},
+		{"IPv6 removed", dual, single, ""},
+		{"first gateway moved", single, moved, "spec.gateway: Forbidden"},
+	} {
+		req := request(admissionv1.Update, tc.new)
+		req.OldObject = request(admissionv1.Update, tc.old).Object
+		resp := a.Validate(context.Background(), req)
+		switch {
+		case tc.want == "" && !resp.Allowed:
+			t.Errorf("%s: refused: %v", tc.name, resp.Result)
+		case tc.want != "" && (resp.Allowed || !strings.Contains(resp.Result.Message, tc.want)):
+			t.Errorf("%s: allowed=%v %v, want refused with %q", tc.name, resp.Allowed, resp.Result, tc.want)
+		}
 	}
 }
