@@ -193,11 +193,12 @@ func TestDeploymentNetworkWithoutAdmission(t *testing.T) {
 		a := got.Spec.Template.Annotations[netselect.NetworksAnnotation]
 		return a == d.Name, fmt.Sprintf("pod template's %s = %q", netselect.NetworksAnnotation, a)
 	})
-	events, err := env.Kube.CoreV1().Events(operatorNamespace).List(t.Context(), metav1.ListOptions{FieldSelector: fields.Set{
-		"involvedObject.name": d.Name, "reason": deploynet.ReasonTemplateAttached}.String()})
-	if err != nil || len(events.Items) == 0 {
-		t.Errorf("no %s Event: %v", deploynet.ReasonTemplateAttached, err)
-	}
+	// Events are recorded asynchronously, after the write they tell of.
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(operatorNamespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.name": d.Name, "reason": deploynet.ReasonTemplateAttached}.String()})
+		return err == nil && len(events.Items) > 0, fmt.Sprintf("no %s Event: %v", deploynet.ReasonTemplateAttached, err)
+	})
 	current, err := env.Kube.AppsV1().Deployments(operatorNamespace).Get(t.Context(), d.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
