@@ -86,6 +86,18 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 	return families, nil
 }
 
+// ParsePrefixes parses cidrs as written, masked, leaving out those that do
+// not parse: what a Network may hold, whatever today's rules say of it.
+func ParsePrefixes(cidrs ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, cidr := range cidrs {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
 // Families are a v2 spec's families as a backend uses them, in the order
 // of spec.cidrs: the primary first.
 type Families []Resolved

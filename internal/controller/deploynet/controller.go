@@ -35,6 +35,7 @@ import (
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/netspec"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -238,11 +239,7 @@ func (c *Controller) taken() ([]netip.Prefix, error) {
 	}
 	out := make([]netip.Prefix, 0, len(all))
 	for _, n := range all {
-		for _, s := range slices.Concat(n.Spec.CIDRs, n.Status.CIDRs) {
-			if p, err := netip.ParsePrefix(s); err == nil {
-				out = append(out, p.Masked())
-			}
-		}
+		out = append(out, netspec.ParsePrefixes(slices.Concat(n.Spec.CIDRs, n.Status.CIDRs)...)...)
 	}
 	return out, nil
 }

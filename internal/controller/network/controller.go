@@ -338,11 +338,7 @@ func (c *Controller) builtEntry(n *samplecrdv2.Network) (overlap.Entry, bool) {
 		return overlap.Entry{}, false
 	}
 	e := entryOf(n)
-	for _, cidr := range n.Status.CIDRs {
-		if p, err := netip.ParsePrefix(cidr); err == nil {
-			e.Prefixes = append(e.Prefixes, p.Masked())
-		}
-	}
+	e.Prefixes = netspec.ParsePrefixes(n.Status.CIDRs...)
 	if families, errs := c.resolver.ResolveFamilies(n.Spec); len(errs) == 0 {
 		for _, p := range families.Prefixes() {
 			if !slices.Contains(e.Prefixes, p) {

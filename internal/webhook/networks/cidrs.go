@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -55,12 +56,7 @@ func (c *CIDRs) set(obj any) {
 // reserved range, a /32) may have been built before they did, and still
 // holds them.
 func (c *CIDRs) Set(n *samplecrdv2.Network) {
-	var prefixes []netip.Prefix
-	for _, cidr := range n.Spec.CIDRs {
-		if p, err := netip.ParsePrefix(cidr); err == nil {
-			prefixes = append(prefixes, p.Masked())
-		}
-	}
+	prefixes := netspec.ParsePrefixes(n.Spec.CIDRs...)
 	if len(prefixes) == 0 || n.DeletionTimestamp != nil {
 		c.Delete(n)
 		return
