@@ -32,6 +32,7 @@ import (
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var (
@@ -434,5 +435,50 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	}
 	if records, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
 		t.Errorf("records left: %+v", records)
+	}
+}
+
+// A dual-stack Network: ADD gives the pod's interface both addresses, with
+// a connected route of each cidr, and reports both; pods reach each other
+// and the bridge's gateway over IPv4 and over IPv6.
+func TestCNIPluginDualStack(t *testing.T) {
+	n := startCNINode(t)
+	ctx := t.Context()
+	if _, err := n.env.Netop.SamplecrdV2().Networks(n.ns).Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.84.0.0/24", "fd84::/64"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.networks["dual"] = n.env.WaitReady(t, n.ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	list := n.conf(t, "1.1.0", "")
+	a := n.newSandbox(t, "dual-a", "dual", true)
+	b := n.newSandbox(t, "dual-b", "dual", true)
+	res, err := n.runtime.AddNetworkList(ctx, list, a.rt("eth0"))
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	result, err := current.GetResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ip := range result.IPs {
+		got = append(got, result.Interfaces[*ip.Interface].Name+" "+ip.Address.String())
+	}
+	if want := []string{"net1 " + a.allocations[0].IPs[0], "net1 " + a.allocations[0].IPs[1]}; len(a.allocations[0].IPs) != 2 || !slices.Equal(got, want) {
+		t.Fatalf("ADD result %v, want %v (allocated %v)", got, want, a.allocations[0].IPs)
+	}
+	n.requireAttached(t, a)
+	if _, err := n.runtime.AddNetworkList(ctx, list, b.rt("eth0")); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	n.requireAttached(t, b)
+	for _, to := range []string{"10.84.0.1", "fd84::1", addr(b.allocations[0]), strings.SplitN(b.allocations[0].IPs[1], "/", 2)[0]} {
+		ping(t, a, to)
+	}
+	for _, s := range []*sandbox{a, b} {
+		if err := n.runtime.DelNetworkList(ctx, list, s.rt("eth0")); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		n.requireDetached(t, s)
 	}
 }

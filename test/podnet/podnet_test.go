@@ -25,6 +25,7 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
@@ -118,6 +119,23 @@ func duplicates(all map[string][]netselect.Allocation) []string {
 	return dups
 }
 
+// waitEvent waits for an Event of reason on pod, with message if given.
+func waitEvent(t *testing.T, env *testenv.Env, ns, pod, reason, message string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == reason && (message == "" || e.Message == message) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none %s %q", len(events.Items), reason, message)
+	})
+}
+
 func waitAllocated(t *testing.T, env *testenv.Env, ns string, n int) map[string][]netselect.Allocation {
 	t.Helper()
 	var all map[string][]netselect.Allocation
@@ -181,18 +199,7 @@ func TestFullNetworkWaitsThenRecovers(t *testing.T) {
 	}
 	waitAllocated(t, env, ns, 5)
 	createPod(t, env, ns, "late", "tiny")
-	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=late"})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, e := range events.Items {
-			if e.Reason == podnet.ReasonNoFreeAddress && e.Message == fmt.Sprintf("Network %s/tiny has no free address", ns) {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d events, none %s", len(events.Items), podnet.ReasonNoFreeAddress)
-	})
+	waitEvent(t, env, ns, "late", podnet.ReasonNoFreeAddress, fmt.Sprintf("Network %s/tiny has no free address", ns))
 	freed := allocations(t, env, ns)["p2"][0].IPs[0]
 	if err := env.Kube.CoreV1().Pods(ns).Delete(t.Context(), "p2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -262,18 +269,7 @@ func TestStaticAddress(t *testing.T) {
 	if got := all["fixed"]; len(got) != 1 || got[0].IPs[0] != "10.79.0.50/24" || got[0].MAC != "02:00:00:00:00:50" {
 		t.Errorf("fixed got %+v", got)
 	}
-	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=gateway"})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, e := range events.Items {
-			if e.Reason == podnet.ReasonAddressRefused {
-				return true, ""
-			}
-		}
-		return false, "no AddressRefused Event"
-	})
+	waitEvent(t, env, ns, "gateway", podnet.ReasonAddressRefused, "")
 }
 
 // A node that goes takes its pods' addresses with it: kube-controller-
@@ -303,4 +299,71 @@ func TestNodeGoneFreesAddresses(t *testing.T) {
 		got := allocations(t, env, ns)
 		return len(got) == 1 && len(got["waiting"]) == 1 && got["waiting"][0].IPs[0] == held, fmt.Sprintf("allocations %v", got)
 	})
+}
+
+// A dual-stack Network gives each pod interface an address of each family,
+// distinct across pods created at once, in the order of the Network's
+// cidrs, with both in Multus's network-status; a pod that pins its IPv6
+// address gets an IPv4 one beside it; a restarted controller rebuilds both
+// families' pools from the pods.
+func TestDualStackPodsGetAnAddressPerFamily(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	if _, err := env.Netop.SamplecrdV2().Networks(ns).Create(t.Context(), &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"fd82::/120", "10.82.0.0/27"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := startController(t, env)
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() { createPod(t, env, ns, fmt.Sprintf("p%02d", i), "dual") })
+	}
+	wg.Wait()
+	createPod(t, env, ns, "pinned", `[{"name":"dual","ips":["fd82::80"]}]`)
+	all := waitAllocated(t, env, ns, 13)
+	v6, v4 := netip.MustParsePrefix("fd82::/120"), netip.MustParsePrefix("10.82.0.0/27")
+	for pod, as := range all {
+		if len(as) != 1 || len(as[0].IPs) != 2 {
+			t.Fatalf("pod %s: %+v, want one interface with two addresses", pod, as)
+		}
+		first, second := netip.MustParsePrefix(as[0].IPs[0]), netip.MustParsePrefix(as[0].IPs[1])
+		if !v6.Contains(first.Addr()) || first.Bits() != 120 || !v4.Contains(second.Addr()) || second.Bits() != 27 {
+			t.Errorf("pod %s: addresses %v, want one of %s then one of %s with their prefix lengths", pod, as[0].IPs, v6, v4)
+		}
+		for _, gateway := range []string{"fd82::1", "10.82.0.1"} {
+			if first.Addr().String() == gateway || second.Addr().String() == gateway {
+				t.Errorf("pod %s got the gateway %s", pod, gateway)
+			}
+		}
+	}
+	if got := all["pinned"][0].IPs[0]; got != "fd82::80/120" {
+		t.Errorf("pinned got %s, want the fd82::80 it asked for", got)
+	}
+	if dups := duplicates(all); len(dups) > 0 {
+		t.Fatalf("duplicates: %v", dups)
+	}
+	got, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), "p00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status []netselect.Status
+	if err := json.Unmarshal([]byte(got.Annotations[netselect.StatusAnnotation]), &status); err != nil || len(status) != 1 || len(status[0].IPs) != 2 {
+		t.Fatalf("network-status %q (%v), want both addresses", got.Annotations[netselect.StatusAnnotation], err)
+	}
+
+	// The IPv4 /27 has 29 addresses for pods: after a restart the 16 left
+	// go to new pods, none twice in either family.
+	stop()
+	startController(t, env)
+	for i := range 16 {
+		createPod(t, env, ns, fmt.Sprintf("q%02d", i), "dual")
+	}
+	all = waitAllocated(t, env, ns, 29)
+	if dups := duplicates(all); len(dups) > 0 {
+		t.Fatalf("duplicates after the restart: %v", dups)
+	}
+	// Full in IPv4, though IPv6 has addresses left: the pod waits, told
+	// which family is full.
+	createPod(t, env, ns, "late", "dual")
+	waitEvent(t, env, ns, "late", podnet.ReasonNoFreeAddress, fmt.Sprintf("Network %s/dual has no free address in 10.82.0.0/27", ns))
 }

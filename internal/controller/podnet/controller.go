@@ -1,12 +1,12 @@
 // Package podnet allocates the addresses of the pods that join Networks.
 // It is the one writer of allocations: when a pod asks for Networks (Multus's
-// k8s.v1.cni.cncf.io/networks), it picks an address of each Network's cidr
-// and a MAC, and writes them on the pod in one patch, as netop's own
+// k8s.v1.cni.cncf.io/networks), it picks an address of each cidr of each
+// Network (one per address family) and a MAC, and writes them on the pod in one patch, as netop's own
 // allocations annotation and as Multus's network-status, for the pod's UID.
 // Written allocations are the pod's for its life. An address is in use
 // exactly while a pod that has not finished carries it: deleted and
-// finished pods free theirs with no write,
-// and a restarted controller rebuilds every Network's pool from the pods
+// finished pods free theirs with no write, and a restarted controller
+// rebuilds every Network's pools from the pods
 // before it allocates anything. The CNI plugin on the node reads the
 // annotation and attaches the pod.
 package podnet
@@ -105,7 +105,7 @@ type Controller struct {
 
 	mu sync.Mutex
 	// pools by Network UID, built on first use from the pods.
-	pools map[types.UID]*ipam.Pool
+	pools map[types.UID]familyPools
 	// held: what each pod holds, by pod.
 	held map[cache.ObjectName]held
 	// waiting: pods that wait for a Network to appear or to free an
@@ -126,7 +126,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
 		kube: kube, pods: pods.Lister(), networks: networks.Lister(), recorder: recorder, resolver: o.Resolver,
-		pools: map[types.UID]*ipam.Pool{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
+		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
 		retired: map[types.UID]bool{}, changed: o.UsageChanged, podIndex: pods.Informer().GetIndexer(),
 	}
 	if c.changed == nil {
@@ -310,45 +310,39 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			c.waitLocked(key, name)
 			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s is being deleted", key)}
 		}
-		pool, err := c.poolLocked(network)
+		pools, err := c.poolsLocked(network)
 		if err != nil {
 			undo()
 			c.waitLocked(key, name)
 			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
 		}
-		owner := ownerKey(pod.UID, s.Interface)
 		a := netselect.Allocation{Network: key, NetworkUID: network.UID, Interface: s.Interface}
-		var addrs []netip.Addr
-		if len(s.IPs) > 0 {
-			for _, want := range s.IPs {
-				if want.Bits() != want.Addr().BitLen() && want.Bits() != pool.Prefix().Bits() {
-					undo()
-					return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: address %s: prefix length %d, the Network's is %d", key, want, want.Bits(), pool.Prefix().Bits())}
-				}
-				if err := pool.AllocateStatic(want.Addr(), owner); err != nil {
-					undo()
+		addrs, err := pools.allocate(ownerKey(pod.UID, s.Interface), s.IPs)
+		if err != nil {
+			undo()
+			var refused *refusedError
+			switch {
+			case errors.As(err, &refused):
+				if refused.retry {
 					c.waitLocked(key, name)
-					return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: %v", key, err)}
 				}
-				addrs = append(addrs, want.Addr())
-			}
-		} else {
-			addr, err := pool.Allocate(owner)
-			if errors.Is(err, ipam.ErrFull) {
-				undo()
+				return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: %v", key, err)}
+			case errors.Is(err, ipam.ErrFull):
 				c.waitLocked(key, name)
-				return nil, &waitError{ReasonNoFreeAddress, fmt.Sprintf("Network %s has no free address", key)}
+				// A Network of one family says it as before; of two, which.
+				msg := fmt.Sprintf("Network %s has no free address", key)
+				var full *fullError
+				if len(pools) > 1 && errors.As(err, &full) {
+					msg += " in " + full.prefix.String()
+				}
+				return nil, &waitError{ReasonNoFreeAddress, msg}
 			}
-			if err != nil {
-				undo()
-				return nil, err
-			}
-			addrs = append(addrs, addr)
+			return nil, err
 		}
 		for _, addr := range addrs {
-			a.IPs = append(a.IPs, netip.PrefixFrom(addr, pool.Prefix().Bits()).String())
+			a.IPs = append(a.IPs, addr.String())
 		}
-		a.MAC = macFor(addrs[0], s.MAC)
+		a.MAC = macFor(addrs[0].Addr(), s.MAC)
 		out = append(out, a)
 	}
 	c.held[name] = held{uid: pod.UID, allocations: out}
@@ -392,21 +386,18 @@ func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
 	c.waiting[network][pod] = true
 }
 
-// poolLocked is the pool of a Network, built from the allocations the pods
-// carry the first time it is needed, and again if the Network's cidr or
-// gateway changed.
-func (c *Controller) poolLocked(network *samplecrdv2.Network) (*ipam.Pool, error) {
+// poolsLocked are the pools of a Network, built from the allocations the
+// pods carry the first time they are needed, and again if the Network's
+// cidrs or gateways changed.
+func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, error) {
 	families, errs := c.resolver.ResolveFamilies(network.Spec)
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	// Pods get an address of the primary family only, so far (README,
-	// "Dual-stack Networks").
-	resolved := families[0]
-	if p, ok := c.pools[network.UID]; ok && p.Prefix() == resolved.Prefix && p.Gateway() == resolved.Gateway {
-		return p, nil
+	if ps, ok := c.pools[network.UID]; ok && ps.match(families) {
+		return ps, nil
 	}
-	p, err := ipam.NewPool(resolved.Prefix, resolved.Gateway)
+	ps, err := newFamilyPools(families)
 	if err != nil {
 		return nil, err
 	}
@@ -430,13 +421,9 @@ func (c *Controller) poolLocked(network *samplecrdv2.Network) (*ipam.Pool, error
 				continue
 			}
 			for _, ip := range a.IPs {
-				prefix, err := netip.ParsePrefix(ip)
-				if err != nil {
-					continue
+				if prefix, err := netip.ParsePrefix(ip); err == nil {
+					ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
 				}
-				// Two live pods with one address would be a duplicate
-				// made elsewhere; the second is not given it.
-				_ = p.AllocateStatic(prefix.Addr(), ownerKey(pod.UID, a.Interface))
 			}
 			// Recorded at once, so that the pod's deletion frees it even
 			// if the pod is never synced before.
@@ -447,19 +434,21 @@ func (c *Controller) poolLocked(network *samplecrdv2.Network) (*ipam.Pool, error
 			}
 		}
 	}
-	c.pools[network.UID] = p
-	return p, nil
+	c.pools[network.UID] = ps
+	return ps, nil
 }
 
-// Usage counts the Network's addresses that pods hold, and those left.
+// Usage counts the Network's pod interfaces that hold addresses, and how
+// many more can get theirs.
 func (c *Controller) Usage(network *samplecrdv2.Network) (allocated int64, available *big.Int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, err := c.poolLocked(network)
+	ps, err := c.poolsLocked(network)
 	if err != nil {
 		return 0, nil, err
 	}
-	return int64(p.Allocated()), p.Available(), nil
+	allocated, available = ps.usage()
+	return allocated, available, nil
 }
 
 // Retire stops allocating in a Network that is being deleted, and counts
@@ -469,24 +458,34 @@ func (c *Controller) Retire(network *samplecrdv2.Network, limit int) (netselect.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.retired[network.UID] = true
-	return c.heldLocked(network, limit)
+	return c.heldLocked(network, netip.Prefix{}, limit)
 }
 
-// Held counts the pods that hold addresses in a Network, naming up to
-// limit of them.
-func (c *Controller) Held(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
+// Held counts the pods that hold addresses of family (one of the
+// Network's cidrs) in a Network, naming up to limit of them.
+func (c *Controller) Held(network *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.heldLocked(network, limit)
+	return c.heldLocked(network, family, limit)
 }
 
-func (c *Controller) heldLocked(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
-	p, err := c.poolLocked(network)
+// heldLocked counts the holders of addresses of family, or of any family
+// if family is the zero Prefix.
+func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error) {
+	ps, err := c.poolsLocked(network)
 	if err != nil {
 		// No valid spec, no pool: nothing can have been allocated.
 		return netselect.Holders{}, nil //nolint:nilerr
 	}
-	if p.Allocated() == 0 {
+	if family.IsValid() {
+		p := ps.prefix(family)
+		if p == nil {
+			return netselect.Holders{}, nil
+		}
+		ps = familyPools{p}
+	}
+	allocated, _ := ps.usage()
+	if allocated == 0 {
 		return netselect.Holders{}, nil
 	}
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
@@ -495,12 +494,31 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, limit int) (netsel
 	}
 	var pods []string
 	for _, obj := range objs {
-		pods = append(pods, cache.MetaObjectToName(obj.(*corev1.Pod)).String())
+		if holdsIn(obj.(*corev1.Pod), network.UID, ps) {
+			pods = append(pods, cache.MetaObjectToName(obj.(*corev1.Pod)).String())
+		}
 	}
 	slices.Sort(pods)
 	// Pods whose allocation is still being written are not in the index
 	// yet, but hold their addresses already.
-	return netselect.Holders{Count: max(int64(len(pods)), min(int64(p.Allocated()), 1)), Pods: pods[:min(limit, len(pods))]}, nil
+	return netselect.Holders{Count: max(int64(len(pods)), 1), Pods: pods[:min(limit, len(pods))]}, nil
+}
+
+// holdsIn says whether pod holds an address of one of the pools of the
+// Network with UID uid.
+func holdsIn(pod *corev1.Pod, uid types.UID, ps familyPools) bool {
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		return false
+	}
+	for _, a := range have {
+		for _, ip := range a.IPs {
+			if prefix, err := netip.ParsePrefix(ip); err == nil && a.NetworkUID == uid && ps.of(prefix.Addr()) != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // adopt records what a pod carries, after a restart or once our own write
@@ -519,7 +537,7 @@ func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselec
 		}
 		// Building the pool takes in every pod's allocations, this one's
 		// among them.
-		if _, err := c.poolLocked(network); err != nil {
+		if _, err := c.poolsLocked(network); err != nil {
 			continue
 		}
 	}
@@ -552,15 +570,13 @@ func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []cache
 }
 
 func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
-	pool, ok := c.pools[a.NetworkUID]
-	if !ok {
-		return
-	}
+	var addrs []netip.Prefix
 	for _, ip := range a.IPs {
 		if prefix, err := netip.ParsePrefix(ip); err == nil {
-			pool.Release(prefix.Addr(), ownerKey(uid, a.Interface))
+			addrs = append(addrs, prefix)
 		}
 	}
+	c.pools[a.NetworkUID].release(ownerKey(uid, a.Interface), addrs)
 }
 
 // write puts the allocations on the pod, as netop's annotation and as

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -40,10 +41,11 @@ type Admission struct {
 	Addresses AddressHolders
 }
 
-// AddressHolders counts the pods that hold addresses in a Network (the
-// allocation controller), naming up to limit of them.
+// AddressHolders counts the pods that hold addresses of family (one of the
+// Network's cidrs) in a Network (the allocation controller), naming up to
+// limit of them.
 type AddressHolders interface {
-	Held(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
+	Held(n *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error)
 }
 
 func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
@@ -90,7 +92,7 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 		errs = a.overlaps(n, stored, families)
 	}
 	if len(errs) == 0 && req.Operation == admissionv1.Update {
-		errs = a.addressesHeld(a.decodeOld(req), families)
+		errs = a.addressesHeld(a.decodeOld(req), stored, families)
 	}
 	if len(errs) > 0 {
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
@@ -152,9 +154,10 @@ func (a *Admission) overlaps(n *samplecrdv1.Network, stored *samplecrdv2.Network
 	return nil
 }
 
-// addressesHeld refuses to move the addresses of a Network that pods hold
-// addresses of: they would keep addresses outside it.
-func (a *Admission) addressesHeld(old *samplecrdv1.Network, families netspec.Families) field.ErrorList {
+// addressesHeld refuses to move or remove a family of a Network that pods
+// hold addresses of: they would keep addresses outside it. A family is
+// matched to the old one of the same IP version; one may be added.
+func (a *Admission) addressesHeld(old *samplecrdv1.Network, n *samplecrdv2.Network, families netspec.Families) field.ErrorList {
 	if a.Addresses == nil || old == nil {
 		return nil
 	}
@@ -162,24 +165,38 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, families netspec.Fam
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
-	// Pods hold addresses of the first family only: the others may change.
 	was, errs := a.resolve(old, stored)
-	samePrefixes := len(errs) == 0 && was[0].Prefix == families[0].Prefix
-	if len(errs) > 0 || samePrefixes && was[0].Gateway == families[0].Gateway {
-		return nil
+	if len(errs) > 0 {
+		return nil // nothing was allocated under a spec that does not resolve
 	}
-	holders, err := a.Addresses.Held(stored, 3)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	for i, w := range was {
+		j := slices.IndexFunc(families, func(f netspec.Resolved) bool { return f.Prefix.Addr().Is4() == w.Prefix.Addr().Is4() })
+		if j >= 0 && families[j].Prefix == w.Prefix && families[j].Gateway == w.Gateway {
+			continue
+		}
+		holders, err := a.Addresses.Held(stored, w.Prefix, 3)
+		if err != nil {
+			return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+		}
+		if holders.Count == 0 {
+			continue
+		}
+		// The path is the field that changed, as the client wrote it: v1's
+		// fields for a Network of one family, v2's items otherwise.
+		cidr, gateway := field.NewPath("spec", "cidr"), field.NewPath("spec", "gateway")
+		if dualStack(stored) || dualStack(n) {
+			cidr, gateway = field.NewPath("spec", "cidrs").Index(i), field.NewPath("spec", "gateways").Index(i)
+		}
+		path, value := cidr, stored.Spec.CIDRs[i]
+		if j >= 0 && families[j].Prefix == w.Prefix {
+			path, value = gateway, w.Gateway.String()
+			if i < len(stored.Spec.Gateways) {
+				value = stored.Spec.Gateways[i]
+			}
+		}
+		return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
 	}
-	if holders.Count == 0 {
-		return nil
-	}
-	path, value := field.NewPath("spec", "cidr"), old.Spec.CIDR
-	if samePrefixes {
-		path, value = field.NewPath("spec", "gateway"), old.Spec.Gateway
-	}
-	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
+	return nil
 }
 
 // warnings are about a spec that means something other than it says (host

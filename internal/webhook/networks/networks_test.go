@@ -278,32 +278,46 @@ func TestValidateDualStack(t *testing.T) {
 	}
 }
 
-// holding says every Network has pods holding addresses.
-type holding struct{}
+// holding says pods hold addresses of the families listed.
+type holding []string
 
-func (holding) Held(*samplecrdv2.Network, int) (netselect.Holders, error) {
-	return netselect.Holders{Count: 1, Pods: []string{"ns/p"}}, nil
+func (h holding) Held(_ *samplecrdv2.Network, family netip.Prefix, _ int) (netselect.Holders, error) {
+	if slices.Contains(h, family.String()) {
+		return netselect.Holders{Count: 1, Pods: []string{"ns/p"}}, nil
+	}
+	return netselect.Holders{}, nil
 }
 
-// Pods hold addresses of the first family only: while they do, the first
-// family cannot move, and a second one may come, change or go.
-func TestAddressesHeldFirstFamilyOnly(t *testing.T) {
+// While pods hold addresses of a family, it cannot move or go; a family
+// they hold none of may come, change or go.
+func TestAddressesHeldPerFamily(t *testing.T) {
 	a := admissionWith(t)
-	a.Addresses = holding{}
 	single := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.7.0.0/24", Gateway: "10.7.0.1"}}
 	dual := single.DeepCopy()
-	dual.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: `{"cidrs":["10.7.0.0/24","fd07::/64"]}`}
+	dual.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: `{"cidrs":["10.7.0.0/24","fd07::/64"],"gateways":["10.7.0.1","fd07::1"]}`}
+	dualMoved := single.DeepCopy()
+	dualMoved.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: `{"cidrs":["10.7.0.0/24","fd08::/64"],"gateways":["10.7.0.1","fd08::1"]}`}
+	dualGateway := single.DeepCopy()
+	dualGateway.Annotations = map[string]string{samplecrdv1.SpecFamiliesAnnotation: `{"cidrs":["10.7.0.0/24","fd07::/64"],"gateways":["10.7.0.1","fd07::9"]}`}
 	moved := single.DeepCopy()
 	moved.Spec.Gateway = "10.7.0.9"
+	both := holding{"10.7.0.0/24", "fd07::/64"}
 	for _, tc := range []struct {
 		name     string
+		held     holding
 		old, new *samplecrdv1.Network
 		want     string // empty: allowed
 	}{
-		{"IPv6 added", single, dual, ""},
-		{"IPv6 removed", dual, single, ""},
-		{"first gateway moved", single, moved, "spec.gateway: Forbidden"},
+		{"IPv6 added", holding{"10.7.0.0/24"}, single, dual, ""},
+		{"IPv6 removed, none held", holding{"10.7.0.0/24"}, dual, single, ""},
+		{"IPv6 moved, none held", holding{"10.7.0.0/24"}, dual, dualMoved, ""},
+		{"IPv6 removed", both, dual, single, `spec.cidrs[1]: Forbidden: 1 pods hold addresses of the Network (ns/p): it can change once they are gone (was "fd07::/64")`},
+		{"IPv6 moved", both, dual, dualMoved, "spec.cidrs[1]: Forbidden"},
+		{"IPv6 gateway moved", both, dual, dualGateway, `spec.gateways[1]: Forbidden: 1 pods hold addresses of the Network (ns/p): it can change once they are gone (was "fd07::1")`},
+		{"first gateway moved", both, single, moved, "spec.gateway: Forbidden"},
+		{"first gateway moved, only IPv6 held", holding{"fd07::/64"}, single, moved, ""},
 	} {
+		a.Addresses = tc.held
 		req := request(admissionv1.Update, tc.new)
 		req.OldObject = request(admissionv1.Update, tc.old).Object
 		resp := a.Validate(context.Background(), req)
