@@ -17,6 +17,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook/pods"
 	"github.com/netop-dev/netop/internal/webhook/workloads"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
@@ -105,9 +106,9 @@ func webhooks(d webhookDeps) webhook.Set {
 	networkRule := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{
-			// With matchPolicy Equivalent (the default), the API server sends
-			// Networks of any served version converted to v1.
-			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{samplecrdv1.SchemeGroupVersion.Version},
+			// Each version as its client wrote it: no conversion per
+			// request, and errors that name the client's fields.
+			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{samplecrdv1.SchemeGroupVersion.Version, samplecrdv2.SchemeGroupVersion.Version},
 			Resources: []string{"networks"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 		},
 	}}

@@ -41,8 +41,26 @@ func (d *Decoder) Decode(raw runtime.RawExtension, into runtime.Object) error {
 	}
 	// The object is of another type than into: another version of the
 	// kind, which the scheme converts, or a kind the handler cannot take.
-	if err := d.scheme.Convert(obj, into, nil); err != nil {
+	if err := d.Convert(obj, into); err != nil {
 		return fmt.Errorf("%s cannot be read as %s: %w", gvk, reflect.TypeOf(into).Elem().Name(), err)
 	}
 	return nil
+}
+
+// Convert converts in to out, another version of its kind, through the
+// kind's hub (the scheme's internal version) when the scheme has one, as
+// the API server converts: versions convert to and from the hub only.
+func (d *Decoder) Convert(in, out runtime.Object) error {
+	gvks, _, err := d.scheme.ObjectKinds(in)
+	if err != nil {
+		return err
+	}
+	hub, err := d.scheme.New(gvks[0].GroupKind().WithVersion(runtime.APIVersionInternal))
+	if err != nil {
+		return d.scheme.Convert(in, out, nil)
+	}
+	if err := d.scheme.Convert(in, hub, nil); err != nil {
+		return err
+	}
+	return d.scheme.Convert(hub, out, nil)
 }

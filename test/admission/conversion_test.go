@@ -16,6 +16,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/nettest"
@@ -135,6 +136,30 @@ func TestDualStackNetwork(t *testing.T) {
 	}, metav1.CreateOptions{})
 	if want := "spec.cidrs[1]: Invalid value: \"fd00:122::/80\": overlaps Network " + ns + "/dual"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("a second family overlapping another Network: %v, want refused with %q", err, want)
+	}
+	// Admission takes v2 as v2: a v2 client's Network of one family is
+	// refused naming its item, not v1's spec.cidr.
+	_, err = networks.Create(t.Context(), &samplecrdv2.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: "overlapping"},
+		Spec:       samplecrdv2.NetworkSpec{CIDRs: []string{"10.122.0.128/25"}},
+	}, metav1.CreateOptions{})
+	if want := "spec.cidrs[0]: Invalid value: \"10.122.0.128/25\": overlaps Network " + ns + "/dual"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a v2 Network overlapping another: %v, want refused with %q", err, want)
+	}
+	// The IPv6 cidr moves alone: its defaulted gateway moves with it.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := networks.Get(t.Context(), "dual", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.CIDRs[1] = "fd00:123::/64"
+		_, err = networks.Update(t.Context(), cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("moving the IPv6 cidr: %v", err)
+	}
+	if dual, err = networks.Get(t.Context(), "dual", metav1.GetOptions{}); err != nil || !slices.Equal(dual.Spec.Gateways, []string{"10.122.0.9", "fd00:123::1"}) {
+		t.Errorf("after moving the IPv6 cidr: gateways %v (%v), want the IPv6 one moved with it", dual.Spec.Gateways, err)
 	}
 }
 

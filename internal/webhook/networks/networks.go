@@ -15,14 +15,15 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
-	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -48,18 +49,52 @@ type AddressHolders interface {
 	Held(n *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error)
 }
 
-func (a *Admission) decode(req *admissionv1.AdmissionRequest) (*samplecrdv1.Network, *admissionv1.AdmissionResponse) {
-	n := &samplecrdv1.Network{}
-	if err := a.Decoder.Decode(req.Object, n); err != nil {
+// fields name a Network's fields as its client wrote them: v1's spec.cidr
+// and spec.gateway for a v1 client's Network of one family, so that the
+// tutorial's users read about the fields they wrote; v2's list items
+// otherwise (a v2 client, or a second family, which v1 keeps in an
+// annotation).
+type fields struct{ v1 bool }
+
+// fieldsOf are the fields of a request's Network, given the Network it
+// replaces on an update (nil on create).
+func fieldsOf(req *admissionv1.AdmissionRequest, n, old *samplecrdv2.Network) fields {
+	return fields{v1: req.Kind.Version == samplecrdv1.SchemeGroupVersion.Version && !dualStack(n) && (old == nil || !dualStack(old))}
+}
+
+func (f fields) cidr(i int) *field.Path {
+	if f.v1 {
+		return field.NewPath("spec", "cidr")
+	}
+	return field.NewPath("spec", "cidrs").Index(i)
+}
+
+func (f fields) gateway(i int) *field.Path {
+	if f.v1 {
+		return field.NewPath("spec", "gateway")
+	}
+	return field.NewPath("spec", "gateways").Index(i)
+}
+
+// decode reads an admitted Network, of either version, as v2, the version
+// netop's caches hold (a v1 Network's second family comes from the
+// annotation that keeps it).
+func (a *Admission) decode(raw runtime.RawExtension) (*samplecrdv2.Network, *admissionv1.AdmissionResponse) {
+	n := &samplecrdv2.Network{}
+	if err := a.Decoder.Decode(raw, n); err != nil {
 		return nil, webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding Network: %v", err))
 	}
 	return n, nil
 }
 
-// decodeOld decodes the object an update replaces; nil when it cannot.
-func (a *Admission) decodeOld(req *admissionv1.AdmissionRequest) *samplecrdv1.Network {
-	old := &samplecrdv1.Network{}
-	if a.Decoder.Decode(req.OldObject, old) != nil {
+// decodeOld decodes the object an update replaces; nil when there is none
+// or it cannot be read.
+func (a *Admission) decodeOld(req *admissionv1.AdmissionRequest) *samplecrdv2.Network {
+	if req.Operation != admissionv1.Update {
+		return nil
+	}
+	old, denied := a.decode(req.OldObject)
+	if denied != nil {
 		return nil
 	}
 	return old
@@ -71,66 +106,53 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	n, denied := a.decode(req)
+	n, denied := a.decode(req.Object)
 	if denied != nil {
 		return denied
 	}
-	if req.Operation == admissionv1.Update {
-		// Metadata changes (the controller removing its finalizer) must
-		// never be blocked by a spec that an older rule let in.
-		if old := a.decodeOld(req); n.DeletionTimestamp != nil || old != nil && old.Spec == n.Spec &&
-			old.Annotations[samplecrdv1.SpecFamiliesAnnotation] == n.Annotations[samplecrdv1.SpecFamiliesAnnotation] {
-			return &admissionv1.AdmissionResponse{Allowed: true}
-		}
+	old := a.decodeOld(req)
+	// Metadata changes (the controller removing its finalizer) must never
+	// be blocked by a spec that an older rule let in.
+	if n.DeletionTimestamp != nil || old != nil && apiequality.Semantic.DeepEqual(old.Spec, n.Spec) {
+		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	stored, err := toV2(n)
-	if err != nil {
-		return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("converting Network %s: %v", n.Name, err))
-	}
-	families, errs := a.resolve(n, stored)
+	f := fieldsOf(req, n, old)
+	families, errs := a.resolve(n, f)
 	if len(errs) == 0 {
-		errs = a.overlaps(n, stored, families)
+		errs = a.overlaps(n, f, families)
 	}
-	if len(errs) == 0 && req.Operation == admissionv1.Update {
-		errs = a.addressesHeld(a.decodeOld(req), stored, families)
+	if len(errs) == 0 {
+		errs = a.addressesHeld(old, f, families)
 	}
 	if len(errs) > 0 {
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
 	}
-	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n.Spec, families[0])}
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n, f, families)}
 }
 
-// toV2 converts an admitted v1 Network, with the families its annotation
-// keeps, to v2, the version netop's caches hold, through the hub.
-func toV2(n *samplecrdv1.Network) (*samplecrdv2.Network, error) {
-	hub := &samplecrd.Network{}
-	if err := samplecrdv1.Convert_v1_Network_To_samplecrd_Network(n, hub, nil); err != nil {
-		return nil, err
-	}
-	out := &samplecrdv2.Network{}
-	if err := samplecrdv2.Convert_samplecrd_Network_To_v2_Network(hub, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+// dualStack reports whether n has a second family (or a second gateway
+// without one, which resolving it refuses).
+func dualStack(n *samplecrdv2.Network) bool {
+	return len(n.Spec.CIDRs) > 1 || len(n.Spec.Gateways) > 1
 }
 
-// dualStack reports whether stored has a second family (or a second
-// gateway without one, which resolving it refuses).
-func dualStack(stored *samplecrdv2.Network) bool {
-	return len(stored.Spec.CIDRs) > 1 || len(stored.Spec.Gateways) > 1
+// first is a list's first item, or "".
+func first(list []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	return list[0]
 }
 
-// resolve resolves n's families as the controller will. A Network of one
-// family is resolved as v1 sees it, so that the tutorial's users read
-// errors about spec.cidr; a second family, from a v2 client or the
-// annotation that keeps it in v1, is resolved as v2, naming spec.cidrs[i].
-func (a *Admission) resolve(n *samplecrdv1.Network, stored *samplecrdv2.Network) (netspec.Families, field.ErrorList) {
-	if dualStack(stored) {
-		return a.Resolver.ResolveFamilies(stored.Spec)
+// resolve resolves n's families as the controller will, with errors that
+// name the fields as f does.
+func (a *Admission) resolve(n *samplecrdv2.Network, f fields) (netspec.Families, field.ErrorList) {
+	if !f.v1 {
+		return a.Resolver.ResolveFamilies(n.Spec)
 	}
-	resolved, errs := a.Resolver.Resolve(n.Spec)
+	resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: first(n.Spec.CIDRs), Gateway: first(n.Spec.Gateways)})
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -139,17 +161,12 @@ func (a *Admission) resolve(n *samplecrdv1.Network, stored *samplecrdv2.Network)
 
 // overlaps finds another Network, in any namespace, whose cidrs overlap one
 // of n's.
-func (a *Admission) overlaps(n *samplecrdv1.Network, stored *samplecrdv2.Network, families netspec.Families) field.ErrorList {
-	for i, f := range families {
-		other, ok := a.CIDRs.Overlapping(f.Prefix, n.Namespace, n.Name)
-		if !ok {
-			continue
+func (a *Admission) overlaps(n *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
+	for i, family := range families {
+		if other, ok := a.CIDRs.Overlapping(family.Prefix, n.Namespace, n.Name); ok {
+			return field.ErrorList{field.Invalid(f.cidr(i), n.Spec.CIDRs[i],
+				fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Overlapping(family.Prefix)))}
 		}
-		path, value := field.NewPath("spec", "cidr"), n.Spec.CIDR
-		if dualStack(stored) {
-			path, value = field.NewPath("spec", "cidrs").Index(i), stored.Spec.CIDRs[i]
-		}
-		return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Overlapping(f.Prefix)))}
 	}
 	return nil
 }
@@ -157,41 +174,31 @@ func (a *Admission) overlaps(n *samplecrdv1.Network, stored *samplecrdv2.Network
 // addressesHeld refuses to move or remove a family of a Network that pods
 // hold addresses of: they would keep addresses outside it. A family is
 // matched to the old one of the same IP version; one may be added.
-func (a *Admission) addressesHeld(old *samplecrdv1.Network, n *samplecrdv2.Network, families netspec.Families) field.ErrorList {
+func (a *Admission) addressesHeld(old *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
 	if a.Addresses == nil || old == nil {
 		return nil
 	}
-	stored, err := toV2(old)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
-	}
-	was, errs := a.resolve(old, stored)
+	was, errs := a.resolve(old, f)
 	if len(errs) > 0 {
 		return nil // nothing was allocated under a spec that does not resolve
 	}
 	for i, w := range was {
-		j := slices.IndexFunc(families, func(f netspec.Resolved) bool { return f.Prefix.Addr().Is4() == w.Prefix.Addr().Is4() })
+		j := slices.IndexFunc(families, func(r netspec.Resolved) bool { return r.Prefix.Addr().Is4() == w.Prefix.Addr().Is4() })
 		if j >= 0 && families[j].Prefix == w.Prefix && families[j].Gateway == w.Gateway {
 			continue
 		}
-		holders, err := a.Addresses.Held(stored, w.Prefix, 3)
+		holders, err := a.Addresses.Held(old, w.Prefix, 3)
 		if err != nil {
 			return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 		}
 		if holders.Count == 0 {
 			continue
 		}
-		// The path is the field that changed, as the client wrote it: v1's
-		// fields for a Network of one family, v2's items otherwise.
-		cidr, gateway := field.NewPath("spec", "cidr"), field.NewPath("spec", "gateway")
-		if dualStack(stored) || dualStack(n) {
-			cidr, gateway = field.NewPath("spec", "cidrs").Index(i), field.NewPath("spec", "gateways").Index(i)
-		}
-		path, value := cidr, stored.Spec.CIDRs[i]
+		path, value := f.cidr(i), old.Spec.CIDRs[i]
 		if j >= 0 && families[j].Prefix == w.Prefix {
-			path, value = gateway, w.Gateway.String()
-			if i < len(stored.Spec.Gateways) {
-				value = stored.Spec.Gateways[i]
+			path, value = f.gateway(i), w.Gateway.String()
+			if i < len(old.Spec.Gateways) {
+				value = old.Spec.Gateways[i]
 			}
 		}
 		return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
@@ -203,51 +210,43 @@ func (a *Admission) addressesHeld(old *samplecrdv1.Network, n *samplecrdv2.Netwo
 // bits set) or says it in a form other than the canonical one (IPv6 in
 // upper case or not compressed, worded as Kubernetes warns about its own
 // fields), since the spec is stored as written.
-func warnings(spec samplecrdv1.NetworkSpec, resolved netspec.Resolved) []string {
+func warnings(n *samplecrdv2.Network, f fields, families netspec.Families) []string {
 	var w []string
-	switch {
-	case !resolved.Canonical:
-		w = append(w, fmt.Sprintf("spec.cidr %q has host bits set: it means the network %s", spec.CIDR, resolved.Prefix))
-	case resolved.Prefix.Addr().Is6() && spec.CIDR != resolved.Prefix.String():
-		w = append(w, fmt.Sprintf("spec.cidr: IPv6 CIDR value %q should be in RFC 5952 canonical format (%q)", spec.CIDR, resolved.Prefix))
-	}
-	if spec.Gateway != "" && resolved.Gateway.Is6() && spec.Gateway != resolved.Gateway.String() {
-		w = append(w, fmt.Sprintf("spec.gateway: IPv6 address %q should be in RFC 5952 canonical format (%q)", spec.Gateway, resolved.Gateway))
+	for i, resolved := range families {
+		cidr := n.Spec.CIDRs[i]
+		switch {
+		case !resolved.Canonical:
+			w = append(w, fmt.Sprintf("%s %q has host bits set: it means the network %s", f.cidr(i), cidr, resolved.Prefix))
+		case resolved.Prefix.Addr().Is6() && cidr != resolved.Prefix.String():
+			w = append(w, fmt.Sprintf("%s: IPv6 CIDR value %q should be in RFC 5952 canonical format (%q)", f.cidr(i), cidr, resolved.Prefix))
+		}
+		if i < len(n.Spec.Gateways) {
+			if gateway := n.Spec.Gateways[i]; gateway != "" && resolved.Gateway.Is6() && gateway != resolved.Gateway.String() {
+				w = append(w, fmt.Sprintf("%s: IPv6 address %q should be in RFC 5952 canonical format (%q)", f.gateway(i), gateway, resolved.Gateway))
+			}
+		}
 	}
 	return w
 }
 
-// Default fills in the gateway when it is missing and adds the
-// controller's finalizer on create, answering with a JSON patch.
+// Default fills in the gateways that are missing and adds the controller's
+// finalizer on create, answering with a JSON patch of the version the
+// client wrote.
 func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	n, denied := a.decode(req)
+	n, denied := a.decode(req.Object)
 	if denied != nil {
 		return denied
 	}
 	var ops []jsonpatch.Operation
-	if req.Operation == admissionv1.Update && n.Spec.Gateway != "" {
-		// A gateway that was defaulted stays in the spec; when the cidr
-		// moves and the gateway is still the old default, it moves too,
-		// or the user's `kubectl apply` of a new cidr alone would fail.
-		if old := a.decodeOld(req); old != nil && old.Spec.CIDR != n.Spec.CIDR {
-			if oldResolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: old.Spec.CIDR}); len(errs) == 0 && oldResolved.Gateway.String() == n.Spec.Gateway {
-				if resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: n.Spec.CIDR}); len(errs) == 0 {
-					ops = append(ops, jsonpatch.NewOperation("replace", "/spec/gateway", resolved.Gateway.String()))
-				}
-			}
+	if gateways := a.defaultGateways(n, a.decodeOld(req)); !slices.Equal(gateways, n.Spec.Gateways) {
+		gatewayOps, err := a.gatewayPatch(req, n, gateways)
+		if err != nil {
+			return webhook.Denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("defaulting Network %s: %v", n.Name, err))
 		}
-	}
-	if n.Spec.Gateway == "" {
-		// An invalid cidr is left for validation to report.
-		if resolved, errs := a.Resolver.Resolve(n.Spec); len(errs) == 0 {
-			ops = append(ops, jsonpatch.NewOperation("add", "/spec/gateway", resolved.Gateway.String()))
-		}
-	}
-	if op, ok := a.defaultSecondGateway(n); ok {
-		ops = append(ops, op)
+		ops = append(ops, gatewayOps...)
 	}
 	if req.Operation == admissionv1.Create && n.DeletionTimestamp == nil && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
 		if len(n.Finalizers) == 0 {
@@ -259,25 +258,66 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 	return webhook.Patched(ops)
 }
 
-// defaultSecondGateway fills in the gateway of a second family that has
-// none, in the annotation that keeps the families in v1 (v2's
-// spec.gateways[1]), as Default does for the first in spec.gateway. An
-// invalid cidr is left for validation to report.
-func (a *Admission) defaultSecondGateway(n *samplecrdv1.Network) (jsonpatch.Operation, bool) {
-	stored, err := toV2(n)
-	if err != nil || len(stored.Spec.CIDRs) != 2 || len(stored.Spec.Gateways) == 2 && stored.Spec.Gateways[1] != "" {
-		return jsonpatch.Operation{}, false
+// defaultGateways are n's gateways with each missing one filled in (the
+// first usable address of its cidr). A gateway that was defaulted stays in
+// the spec; when its cidr moves and the gateway is still the old cidr's
+// default, it moves too, or the user's `kubectl apply` of a new cidr alone
+// would fail. An invalid cidr is left for validation to report.
+func (a *Admission) defaultGateways(n, old *samplecrdv2.Network) []string {
+	gateways := slices.Clone(n.Spec.Gateways)
+	for i, cidr := range n.Spec.CIDRs {
+		def, ok := a.defaultGateway(cidr)
+		if !ok {
+			continue
+		}
+		for len(gateways) <= i {
+			gateways = append(gateways, "")
+		}
+		if gateways[i] == "" {
+			gateways[i] = def
+			continue
+		}
+		if old != nil && i < len(old.Spec.CIDRs) && old.Spec.CIDRs[i] != cidr {
+			if was, ok := a.defaultGateway(old.Spec.CIDRs[i]); ok && was == gateways[i] {
+				gateways[i] = def
+			}
+		}
 	}
-	second, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: stored.Spec.CIDRs[1]})
+	return gateways
+}
+
+// defaultGateway is the gateway a cidr gets when none is given.
+func (a *Admission) defaultGateway(cidr string) (string, bool) {
+	resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr})
 	if len(errs) > 0 {
-		return jsonpatch.Operation{}, false
+		return "", false
 	}
-	stored.Spec.Gateways = []string{n.Spec.Gateway, second.Gateway.String()}
-	hub := &samplecrd.Network{}
+	return resolved.Gateway.String(), true
+}
+
+// gatewayPatch sets n's gateways to gateways in the version the client
+// wrote: v2's spec.gateways; v1's spec.gateway and, for a second family,
+// the annotation that keeps the families v1 lacks.
+func (a *Admission) gatewayPatch(req *admissionv1.AdmissionRequest, n *samplecrdv2.Network, gateways []string) ([]jsonpatch.Operation, error) {
+	if req.Kind.Version != samplecrdv1.SchemeGroupVersion.Version {
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/spec/gateways", gateways)}, nil
+	}
+	defaulted := n.DeepCopy()
+	defaulted.Spec.Gateways = gateways
 	v1 := &samplecrdv1.Network{}
-	if samplecrdv2.Convert_v2_Network_To_samplecrd_Network(stored, hub, nil) != nil || samplecrdv1.Convert_samplecrd_Network_To_v1_Network(hub, v1, nil) != nil {
-		return jsonpatch.Operation{}, false
+	if err := a.Decoder.Convert(defaulted, v1); err != nil {
+		return nil, err
 	}
-	key := strings.ReplaceAll(samplecrdv1.SpecFamiliesAnnotation, "/", "~1")
-	return jsonpatch.NewOperation("replace", "/metadata/annotations/"+key, v1.Annotations[samplecrdv1.SpecFamiliesAnnotation]), true
+	var ops []jsonpatch.Operation
+	if v1.Spec.Gateway != first(n.Spec.Gateways) {
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec/gateway", v1.Spec.Gateway))
+	}
+	// The annotation's first items are v1's fields: it changes with the
+	// second gateway only.
+	if secondChanged := len(gateways) > 1 && (len(n.Spec.Gateways) < 2 || n.Spec.Gateways[1] != gateways[1]); secondChanged {
+		families := v1.Annotations[samplecrdv1.SpecFamiliesAnnotation]
+		key := strings.ReplaceAll(samplecrdv1.SpecFamiliesAnnotation, "/", "~1")
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+key, families))
+	}
+	return ops, nil
 }

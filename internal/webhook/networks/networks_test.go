@@ -12,41 +12,53 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
-	netopscheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 )
 
 // admissionWith has the given Networks in its index, as the informer's
 // handlers would.
 func admissionWith(tb testing.TB, nets ...*samplecrdv1.Network) *Admission {
-	cidrs := NewCIDRs()
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	a := &Admission{CIDRs: NewCIDRs(), Decoder: webhook.NewDecoder(scheme)}
 	for i, n := range nets {
 		if n.UID == "" {
 			n = n.DeepCopy()
 			n.UID = types.UID(fmt.Sprintf("uid-%d", i))
 		}
-		stored, err := toV2(n)
-		if err != nil {
+		stored := &samplecrdv2.Network{}
+		if err := a.Decoder.Convert(n, stored); err != nil {
 			tb.Fatal(err)
 		}
-		cidrs.Set(stored)
+		a.CIDRs.Set(stored)
 	}
-	return &Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(netopscheme.Scheme)}
+	return a
 }
 
 // request is what the API server sends: the object with its apiVersion and
 // kind.
 func request(op admissionv1.Operation, n *samplecrdv1.Network) *admissionv1.AdmissionRequest {
-	n = n.DeepCopy()
-	n.TypeMeta = metav1.TypeMeta{APIVersion: samplecrdv1.SchemeGroupVersion.String(), Kind: "Network"}
-	raw, _ := json.Marshal(n)
-	return &admissionv1.AdmissionRequest{UID: "u", Operation: op, Object: runtime.RawExtension{Raw: raw}}
+	return review(op, n, samplecrdv1.SchemeGroupVersion.WithKind("Network"))
+}
+
+// requestV2 is what the API server sends for a v2 client's Network.
+func requestV2(op admissionv1.Operation, n *samplecrdv2.Network) *admissionv1.AdmissionRequest {
+	return review(op, n, samplecrdv2.SchemeGroupVersion.WithKind("Network"))
+}
+
+func review(op admissionv1.Operation, obj runtime.Object, gvk schema.GroupVersionKind) *admissionv1.AdmissionRequest {
+	obj = obj.DeepCopyObject()
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	raw, _ := json.Marshal(obj)
+	return &admissionv1.AdmissionRequest{UID: "u", Operation: op, Object: runtime.RawExtension{Raw: raw}, Kind: metav1.GroupVersionKind(gvk)}
 }
 
 func FuzzValidateAndDefault(f *testing.F) {
@@ -150,11 +162,28 @@ func TestDefaultMovesADefaultedGatewayWithTheCIDR(t *testing.T) {
 		req.OldObject = request(admissionv1.Update, old).Object
 		return string(a.Default(context.Background(), req).Patch)
 	}
-	if got, want := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.1"), `[{"op":"replace","path":"/spec/gateway","value":"10.2.0.1"}]`; got != want {
+	if got, want := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.1"), `[{"op":"add","path":"/spec/gateway","value":"10.2.0.1"}]`; got != want {
 		t.Errorf("defaulted gateway: patch %s, want %s", got, want)
 	}
 	if got := update("10.1.0.0/16", "10.2.0.0/16", "10.1.0.7"); got != "" {
 		t.Errorf("chosen gateway: patch %s, want none", got)
+	}
+
+	// Each family's, in a v2 client's spec.gateways.
+	updateV2 := func(oldCIDRs, cidrs, gateways []string) string {
+		old := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv2.NetworkSpec{CIDRs: oldCIDRs, Gateways: gateways}}
+		cur := old.DeepCopy()
+		cur.Spec.CIDRs = cidrs
+		req := requestV2(admissionv1.Update, cur)
+		req.OldObject = requestV2(admissionv1.Update, old).Object
+		return string(a.Default(context.Background(), req).Patch)
+	}
+	if got, want := updateV2([]string{"10.1.0.0/16", "fd01::/64"}, []string{"10.1.0.0/16", "fd02::/64"}, []string{"10.1.0.1", "fd01::1"}),
+		`[{"op":"add","path":"/spec/gateways","value":["10.1.0.1","fd02::1"]}]`; got != want {
+		t.Errorf("defaulted second gateway: patch %s, want %s", got, want)
+	}
+	if got := updateV2([]string{"10.1.0.0/16", "fd01::/64"}, []string{"10.1.0.0/16", "fd02::/64"}, []string{"10.1.0.1", "fd02::9"}); got != "" {
+		t.Errorf("chosen second gateway: patch %s, want none", got)
 	}
 	if got := update("10.1.0.0/16", "10.1.0.0/16", "10.1.0.1"); got != "" {
 		t.Errorf("unchanged cidr: patch %s, want none", got)
@@ -327,5 +356,39 @@ func TestAddressesHeldPerFamily(t *testing.T) {
 		case tc.want != "" && (resp.Allowed || !strings.Contains(resp.Result.Message, tc.want)):
 			t.Errorf("%s: allowed=%v %v, want refused with %q", tc.name, resp.Allowed, resp.Result, tc.want)
 		}
+	}
+}
+
+// A v2 client's Network is admitted as v2: errors and warnings name
+// spec.cidrs[i] and spec.gateways[i], even for one family, and defaulting
+// patches spec.gateways.
+func TestValidateV2NamesItsFields(t *testing.T) {
+	existing := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "existing"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.0.0.0/16"}}
+	a := admissionWith(t, existing)
+	v2 := func(cidrs, gateways []string) *samplecrdv2.Network {
+		return &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv2.NetworkSpec{CIDRs: cidrs, Gateways: gateways}}
+	}
+	for _, tc := range []struct {
+		name string
+		n    *samplecrdv2.Network
+		want string
+	}{
+		{"overlap", v2([]string{"10.0.1.0/24"}, nil), `spec.cidrs[0]: Invalid value: "10.0.1.0/24": overlaps Network other/existing (10.0.0.0/16)`},
+		{"gateway outside", v2([]string{"10.9.0.0/24"}, []string{"10.8.0.1"}), "spec.gateways[0]"},
+		{"second overlaps", v2([]string{"fd09::/64", "10.0.2.0/24"}, nil), "spec.cidrs[1]"},
+	} {
+		resp := a.Validate(context.Background(), requestV2(admissionv1.Create, tc.n))
+		if resp.Allowed || !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("%s: allowed=%v %v, want refused with %q", tc.name, resp.Allowed, resp.Result, tc.want)
+		}
+	}
+	resp := a.Validate(context.Background(), requestV2(admissionv1.Create, v2([]string{"10.9.0.5/24", "FD09::/64"}, nil)))
+	if want := []string{`spec.cidrs[0] "10.9.0.5/24" has host bits set: it means the network 10.9.0.0/24`,
+		`spec.cidrs[1]: IPv6 CIDR value "FD09::/64" should be in RFC 5952 canonical format ("fd09::/64")`}; !resp.Allowed || !slices.Equal(resp.Warnings, want) {
+		t.Errorf("warnings %q (allowed %v), want %q", resp.Warnings, resp.Allowed, want)
+	}
+	if got, want := string(a.Default(context.Background(), requestV2(admissionv1.Create, v2([]string{"10.9.0.0/24", "fd09::/64"}, nil))).Patch),
+		`[{"op":"add","path":"/spec/gateways","value":["10.9.0.1","fd09::1"]},{"op":"add","path":"/metadata/finalizers","value":["samplecrd.k8s.io/network-cleanup"]}]`; got != want {
+		t.Errorf("Default: patch %s, want %s", got, want)
 	}
 }
