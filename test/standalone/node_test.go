@@ -37,6 +37,7 @@ import (
 	"github.com/netop-dev/netop/internal/testenv"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
@@ -229,6 +230,36 @@ func TestNode(t *testing.T) {
 			left, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
 			return len(left) == 0, fmt.Sprintf("attachment records left: %v", left)
 		})
+	})
+
+	t.Run("a pod joins a dual-stack Network", func(t *testing.T) {
+		// A v2 Network with both families: net1 has an address of each,
+		// and the bridge's gateways answer over IPv4 and IPv6.
+		nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
+		if _, err := nets.Create(t.Context(), &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+			Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.140.0.0/24", "fd00:140::/64"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := busyboxPod("dual", corev1.RestartPolicyAlways, "sleep 3600")
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: "dual"}
+		runPod(t, kube, p)
+		waitRunning(t, kube, "dual", "c")
+		got := execIn(t, cfg, kube, "dual", "sh", "-c", "ip -o addr show dev net1 scope global")
+		if !strings.Contains(got, "inet 10.140.0.") || !strings.Contains(got, "inet6 fd00:140::") {
+			t.Errorf("pod dual: net1 has %q, want an address of 10.140.0.0/24 and one of fd00:140::/64", got)
+		}
+		execIn(t, cfg, kube, "dual", "ping", "-c", "1", "-W", "3", "10.140.0.1")
+		execIn(t, cfg, kube, "dual", "ping", "-6", "-c", "1", "-W", "3", "fd00:140::1")
+		if err := kube.CoreV1().Pods("default").Delete(t.Context(), "dual", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().Pods("default").Get(ctx, "dual", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("pod dual still there (%v)", err)
+		})
+		if err := nets.Delete(t.Context(), "dual", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a Deployment's own Network", func(t *testing.T) {
