@@ -67,8 +67,11 @@ func TestNodesWithManifests(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		netnss = append(netnss, fmt.Sprintf("%s-%d", prefix, i))
 	}
+	// The standalone keeps its network namespaces for its next start, as
+	// it keeps its data directory: the test removes them, the operator's
+	// (the prefix) among them.
 	t.Cleanup(func() {
-		for _, ns := range netnss {
+		for _, ns := range append(netnss, prefix) {
 			_ = nettest.DeleteNetns(ns)
 		}
 	})
