@@ -72,6 +72,17 @@ func TestSeedNetworkReadsAsV2(t *testing.T) {
 	if v1.Spec.CIDR != "10.121.0.0/24" || v1.Spec.Gateway != "10.121.0.1" || len(v1.Annotations) != 0 {
 		t.Errorf("the v2 Network read as v1: spec %+v, annotations %v", v1.Spec, v1.Annotations)
 	}
+	// The webhook answers with the metadata the API server takes from it
+	// (name, namespace, UID, labels, annotations); the rest is the stored
+	// object's.
+	stored, err := env.Netop.SamplecrdV2().Networks(ns).Get(t.Context(), "v2-single", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1.ResourceVersion != stored.ResourceVersion || !v1.CreationTimestamp.Equal(&stored.CreationTimestamp) || v1.Generation != stored.Generation ||
+		!slices.Equal(v1.Finalizers, stored.Finalizers) || len(v1.ManagedFields) == 0 || len(v1.ManagedFields) != len(stored.ManagedFields) {
+		t.Errorf("metadata read as v1 %+v, want the stored object's %+v", v1.ObjectMeta, stored.ObjectMeta)
+	}
 }
 
 // A dual-stack v2 Network: its gateways defaulted at admission, built as

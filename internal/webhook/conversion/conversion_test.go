@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -168,5 +169,66 @@ func BenchmarkConvert(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A converted object carries the metadata the API server takes from it
+// (name, namespace, UID, labels, annotations) and nothing else: the API
+// server restores the rest from the object it sent, and the managed fields,
+// most of a stored object, are neither decoded nor sent back.
+func TestConvertKeepsWhatTheAPIServerTakes(t *testing.T) {
+	stored, err := os.ReadFile("testdata/stored-network.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := converter().Convert(stored, samplecrdv1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 samplecrdv1.Network
+	if err := json.Unmarshal(out, &v1); err != nil {
+		t.Fatal(err)
+	}
+	if v1.Name != "example-network" || v1.Namespace != "default" || v1.UID != "3f0c2b9e-1d4a-4c1e-9a57-2b8f6d0c7e11" ||
+		!strings.Contains(v1.Annotations["kubectl.kubernetes.io/last-applied-configuration"], `"cidr":"192.168.0.0/16"`) {
+		t.Errorf("kept metadata %+v", v1.ObjectMeta)
+	}
+	if len(v1.ManagedFields) != 0 || v1.ResourceVersion != "" || len(v1.Finalizers) != 0 {
+		t.Errorf("sent back metadata the API server restores: %+v", v1.ObjectMeta)
+	}
+	if v1.Spec.CIDR != "192.168.0.0/16" || v1.Status.Backend == nil || v1.Status.Backend.Interface != "netop3f0c2b9e1d" || len(v1.Status.Conditions) != 1 {
+		t.Errorf("converted spec %+v, status %+v", v1.Spec, v1.Status)
+	}
+	if len(out) > len(stored)/2 {
+		t.Errorf("converted object of %d bytes from %d: the managed fields came back?", len(out), len(stored))
+	}
+}
+
+// BenchmarkHandler serves the ConversionReview the API server sends for
+// every write while v1 is served (its watch cache converts each stored
+// object): one Network as netop's users' clusters store it, with the
+// managed fields of three writers, to v1, request body to response body.
+func BenchmarkHandler(b *testing.B) {
+	stored, err := os.ReadFile("testdata/stored-network.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := json.Marshal(&apiextensionsv1.ConversionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "ConversionReview"},
+		Request: &apiextensionsv1.ConversionRequest{UID: "u", DesiredAPIVersion: samplecrdv1.SchemeGroupVersion.String(),
+			Objects: []runtime.RawExtension{{Raw: stored}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := converter().Handler(b.Context())
+	b.ReportAllocs()
+	for b.Loop() {
+		w, r := httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/convert", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
 	}
 }
