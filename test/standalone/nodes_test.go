@@ -160,10 +160,13 @@ func TestNodesWithManifests(t *testing.T) {
 		t.Fatalf("lease: %+v %v", lease, err)
 	}
 	leader, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
-	settled, err := nets.Get(ctx, network.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Settled: the two pods' addresses counted in status (the controller
+	// writes the count at most once a second, after they were allocated).
+	var settled *samplecrdv1.Network
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		settled, err = nets.Get(ctx, network.Name, metav1.GetOptions{})
+		return err == nil && settled.Status.Addresses != nil && settled.Status.Addresses.Allocated == 2, fmt.Sprintf("%+v %v", settled.Status.Addresses, err)
+	})
 	bridgesBefore := map[string]string{}
 	for _, ns := range netnss {
 		bridgesBefore[ns] = bridgeIndex(t, ns, bridge)
@@ -205,7 +208,7 @@ func TestNodesWithManifests(t *testing.T) {
 		}
 	}
 	if now, err := nets.Get(ctx, network.Name, metav1.GetOptions{}); err != nil || now.ResourceVersion != settled.ResourceVersion {
-		t.Errorf("the new leader wrote the converged Network: %+v, was %+v (%v)", now.Status, settled.Status, err)
+		t.Errorf("the new leader wrote the converged Network: %+v, was %+v (%v); writers now %s, before %s", now.Status, settled.Status, err, writers(now), writers(settled))
 	}
 
 	// An agent killed: its node lags, by name, until the DaemonSet's new
@@ -321,4 +324,16 @@ func logAgents(t *testing.T, kube kubernetes.Interface) {
 			}
 		}
 	}
+}
+
+// writers says who wrote an object and when, from its managed fields.
+func writers(n *samplecrdv1.Network) string {
+	if n == nil {
+		return "none"
+	}
+	var out []string
+	for _, m := range n.ManagedFields {
+		out = append(out, fmt.Sprintf("%s %s %s at %s", m.Manager, m.Operation, m.Subresource, m.Time))
+	}
+	return strings.Join(out, "; ")
 }
