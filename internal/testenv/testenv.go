@@ -13,11 +13,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +134,8 @@ func start() (*Env, error) {
 type ConversionServer struct {
 	server *httptest.Server
 	crds   apiextensionsclient.Interface
+	// Reviews counts the ConversionReviews served.
+	Reviews atomic.Int64
 }
 
 // ServeConversion starts a conversion webhook and registers it on the
@@ -143,7 +147,12 @@ func ServeConversion(ctx context.Context, cfg *rest.Config) (*ConversionServer, 
 	if err != nil {
 		return nil, err
 	}
-	c := &ConversionServer{server: httptest.NewTLSServer(conversion.Converter{Scheme: scheme}.Handler(ctx)), crds: crds}
+	c := &ConversionServer{crds: crds}
+	handler := conversion.Converter{Scheme: scheme}.Handler(ctx)
+	c.server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.Reviews.Add(1)
+		handler.ServeHTTP(w, r)
+	}))
 	if err := c.Register(ctx); err != nil {
 		c.Close()
 		return nil, err

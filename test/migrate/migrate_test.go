@@ -9,10 +9,7 @@ package migrate
 import (
 	"bytes"
 	"context"
-	"encoding/pem"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -24,7 +21,6 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/netop-dev/netop/config"
@@ -32,9 +28,6 @@ import (
 	"github.com/netop-dev/netop/internal/migrate"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testenv"
-	"github.com/netop-dev/netop/internal/webhook"
-	"github.com/netop-dev/netop/internal/webhook/conversion"
-	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -138,7 +131,7 @@ func TestStorageMigrationToV2(t *testing.T) {
 	if err := install.ApplyCRDs(ctx, env.Config, upgraded); err != nil {
 		t.Fatal(err)
 	}
-	serveConversion(t, crds)
+	serveConversion(t, env)
 	if got := crdStoredVersions(t, crds); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Fatalf("storedVersions after the upgrade = %v, want [v1 v2]", got)
 	}
@@ -215,25 +208,16 @@ func TestStorageMigrationToV2(t *testing.T) {
 	}
 }
 
-// serveConversion serves the conversion webhook from the test over HTTPS,
-// with the certificate of httptest, and points the CRD at it as netop
-// does.
-func serveConversion(tb testing.TB, crds apiextensionsclient.Interface) (reviews *atomic.Int64) {
+// serveConversion serves a conversion webhook of the test's own and points
+// the CRD at it, counting the reviews it serves.
+func serveConversion(tb testing.TB, env *testenv.Env) *atomic.Int64 {
 	tb.Helper()
-	scheme := runtime.NewScheme()
-	samplecrdinstall.Install(scheme)
-	handler := conversion.Converter{Scheme: scheme}.Handler(context.Background())
-	reviews = &atomic.Int64{}
-	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reviews.Add(1)
-		handler.ServeHTTP(w, r)
-	}))
-	tb.Cleanup(server.Close)
-	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw})
-	if err := webhook.RegisterConversion(tb.Context(), crds, operator.NetworkCRD, webhook.Target{URL: server.URL}, operator.PathConvert, caBundle); err != nil {
+	c, err := testenv.ServeConversion(tb.Context(), env.Config)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return reviews
+	tb.Cleanup(c.Close)
+	return &c.Reviews
 }
 
 // BenchmarkListNetworks lists 2000 Networks through the API server in v1
@@ -255,7 +239,7 @@ func BenchmarkListNetworks(b *testing.B) {
 		if err := install.ApplyCRDs(ctx, env.Config, crd); err != nil {
 			b.Fatal(err)
 		}
-		reviews := serveConversion(b, crds)
+		reviews := serveConversion(b, env)
 		list, err := env.Netop.SamplecrdV1().Networks(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			b.Fatal(err)
