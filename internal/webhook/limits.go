@@ -77,6 +77,17 @@ type limiter struct {
 	bytes    *semaphore.Weighted // nil: no limit
 }
 
+// ownInFlight is a limiter with an in-flight count of its own and the
+// bytes budget of l: the reviews it lets in neither wait for l's nor hold
+// them up, while the memory bound stays one for the whole server.
+func (l *limiter) ownInFlight() *limiter {
+	own := *l
+	if l.limits.MaxInFlight > 0 {
+		own.inFlight = semaphore.NewWeighted(int64(l.limits.MaxInFlight))
+	}
+	return &own
+}
+
 func newLimiter(l Limits) *limiter {
 	lim := &limiter{limits: l}
 	if l.MaxInFlight > 0 {
@@ -99,7 +110,7 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 		}
 		if l.inFlight != nil {
 			if !l.inFlight.TryAcquire(1) {
-				l.reject(w, r, LimitInFlight, fmt.Sprintf("%d admission reviews in flight, the limit (--webhook-max-inflight)", l.limits.MaxInFlight))
+				l.reject(w, r, LimitInFlight, fmt.Sprintf("%d reviews in flight, the limit (--webhook-max-inflight)", l.limits.MaxInFlight))
 				return
 			}
 		}
@@ -118,7 +129,7 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 					// Not held while reject drains the body.
 					l.inFlight.Release(1)
 				}
-				l.reject(w, r, LimitBytes, fmt.Sprintf("admission review bodies of more than %d bytes in flight, the limit (--webhook-max-inflight-bytes)", l.limits.MaxBodyBytesInFlight))
+				l.reject(w, r, LimitBytes, fmt.Sprintf("review bodies of more than %d bytes in flight, the limit (--webhook-max-inflight-bytes)", l.limits.MaxBodyBytesInFlight))
 				return
 			}
 			defer l.bytes.Release(n)
@@ -144,7 +155,7 @@ func (l *limiter) reject(w http.ResponseWriter, r *http.Request, limit, why stri
 	status := metav1.Status{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
 		Status:   metav1.StatusFailure,
-		Message:  fmt.Sprintf("netop admission webhook overloaded: %s; retry after %ds", why, RetryAfterSeconds),
+		Message:  fmt.Sprintf("netop webhook server overloaded: %s; retry after %ds", why, RetryAfterSeconds),
 		Reason:   metav1.StatusReasonTooManyRequests,
 		Details:  &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds},
 		Code:     http.StatusTooManyRequests,

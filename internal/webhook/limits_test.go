@@ -289,3 +289,26 @@ func TestLimitsRetriedByTheAPIServersClient(t *testing.T) {
 		t.Fatalf("first review: %d %s %v", r.code, r.body, r.err)
 	}
 }
+
+// The conversion webhook's reviews have an in-flight count of their own:
+// with every admission slot held, a ConversionReview is still served, and
+// admission reviews beyond the cap are still refused.
+func TestLimitsConversionApartFromAdmission(t *testing.T) {
+	const limit = 2
+	h := newBlocking(limit + 1)
+	s := NewServer(nil, Limits{MaxInFlight: limit, MaxBodyBytesInFlight: DefaultMaxBodyBytesInFlight})
+	s.Handle(t.Context(), "/review", h)
+	s.HandleHTTP("/convert", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) }))
+	srv := httptest.NewUnstartedServer(s.mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	rejected, release := hold(t, srv, h, limit+1, limit, review(100))
+	checkRejected(t, rejected, "--webhook-max-inflight")
+	for range limit + 1 {
+		if r := send(srv.Client(), srv.URL+"/convert", bytes.NewReader([]byte("{}"))); r.code != http.StatusOK {
+			t.Errorf("a conversion with every admission slot held: %d %s %v", r.code, r.body, r.err)
+		}
+	}
+	checkServed(t, release(), limit)
+}

@@ -162,9 +162,12 @@ func decodeReview(w http.ResponseWriter, r *http.Request) (*admissionv1.Admissio
 
 // HandleHTTP serves h at path within the server's limits: for reviews
 // that are not admission reviews (the CRDs' ConversionReviews), whose
-// handlers read their body with ReadBody.
+// handlers read their body with ReadBody. The path has an in-flight count
+// of its own (the bytes budget is the server's): the API server asks for
+// a conversion on every write while two versions are served, and neither
+// those nor a burst of admission reviews should wait for the other.
 func (s *Server) HandleHTTP(path string, h http.Handler) {
-	s.mux.Handle(path, s.limiter.wrap(h))
+	s.mux.Handle(path, s.limiter.ownInFlight().wrap(h))
 }
 
 // ReadBody reads the JSON body of a review the API server POSTs, at most
