@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -48,19 +49,41 @@ func (d *Decoder) Decode(raw runtime.RawExtension, into runtime.Object) error {
 }
 
 // Convert converts in to out, another version of its kind, through the
-// kind's hub (the scheme's internal version) when the scheme has one, as
-// the API server converts: versions convert to and from the hub only.
+// kind's hub when the scheme has one (ConvertThroughHub), directly when it
+// has none.
 func (d *Decoder) Convert(in, out runtime.Object) error {
-	gvks, _, err := d.scheme.ObjectKinds(in)
-	if err != nil {
-		return err
-	}
-	hub, err := d.scheme.New(gvks[0].GroupKind().WithVersion(runtime.APIVersionInternal))
-	if err != nil {
+	err := ConvertThroughHub(d.scheme, in, out)
+	if errors.Is(err, ErrNoHub) {
 		return d.scheme.Convert(in, out, nil)
 	}
-	if err := d.scheme.Convert(in, hub, nil); err != nil {
+	return err
+}
+
+// ErrNoHub says the scheme has no hub (internal version) of a kind.
+var ErrNoHub = errors.New("no hub")
+
+// ConvertThroughHub converts in to out, another version of its kind,
+// through the kind's hub (the scheme's internal version), as the API
+// server converts: versions convert to and from the hub only, never to
+// each other.
+func ConvertThroughHub(scheme *runtime.Scheme, in, out runtime.Object) error {
+	from, _, err := scheme.ObjectKinds(in)
+	if err != nil {
 		return err
 	}
-	return d.scheme.Convert(hub, out, nil)
+	to, _, err := scheme.ObjectKinds(out)
+	if err != nil {
+		return err
+	}
+	hub, err := scheme.New(from[0].GroupKind().WithVersion(runtime.APIVersionInternal))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoHub, err)
+	}
+	if err := scheme.Convert(in, hub, nil); err != nil {
+		return fmt.Errorf("%s to the hub: %w", from[0].GroupVersion(), err)
+	}
+	if err := scheme.Convert(hub, out, nil); err != nil {
+		return fmt.Errorf("the hub to %s: %w", to[0].GroupVersion(), err)
+	}
+	return nil
 }

@@ -174,20 +174,13 @@ func (c Converter) convert(fields objectFields, desired schema.GroupVersion) ([]
 	if err := json.Unmarshal(raw, in); err != nil {
 		return nil, fmt.Errorf("%s %s: decoding %s: %w", from.Kind, name, from.GroupVersion(), err)
 	}
-	hub, err := c.Scheme.New(schema.GroupVersionKind{Group: from.Group, Version: runtime.APIVersionInternal, Kind: from.Kind})
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: no hub: %w", from.Kind, name, err)
-	}
 	to := desired.WithKind(from.Kind)
 	out, err := c.Scheme.New(to)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", from.Kind, name, err)
 	}
-	if err := c.Scheme.Convert(in, hub, nil); err != nil {
-		return nil, fmt.Errorf("%s %s: %s to the hub: %w", from.Kind, name, from.GroupVersion(), err)
-	}
-	if err := c.Scheme.Convert(hub, out, nil); err != nil {
-		return nil, fmt.Errorf("%s %s: the hub to %s: %w", from.Kind, name, desired, err)
+	if err := webhook.ConvertThroughHub(c.Scheme, in, out); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", from.Kind, name, err)
 	}
 	out.GetObjectKind().SetGroupVersionKind(to)
 	converted, err := json.Marshal(out)
