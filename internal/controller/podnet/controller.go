@@ -420,10 +420,8 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, err
 			if a.NetworkUID != network.UID {
 				continue
 			}
-			for _, ip := range a.IPs {
-				if prefix, err := netip.ParsePrefix(ip); err == nil {
-					ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
-				}
+			for _, prefix := range addresses(a) {
+				ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
 			}
 			// Recorded at once, so that the pod's deletion frees it even
 			// if the pod is never synced before.
@@ -512,13 +510,23 @@ func holdsIn(pod *corev1.Pod, uid types.UID, ps familyPools) bool {
 		return false
 	}
 	for _, a := range have {
-		for _, ip := range a.IPs {
-			if prefix, err := netip.ParsePrefix(ip); err == nil && a.NetworkUID == uid && ps.of(prefix.Addr()) != nil {
-				return true
-			}
+		if a.NetworkUID == uid && slices.ContainsFunc(addresses(a), func(p netip.Prefix) bool { return ps.of(p.Addr()) != nil }) {
+			return true
 		}
 	}
 	return false
+}
+
+// addresses are an allocation's addresses; one that does not parse is
+// nobody's.
+func addresses(a netselect.Allocation) []netip.Prefix {
+	var out []netip.Prefix
+	for _, ip := range a.IPs {
+		if prefix, err := netip.ParsePrefix(ip); err == nil {
+			out = append(out, prefix)
+		}
+	}
+	return out
 }
 
 // adopt records what a pod carries, after a restart or once our own write
@@ -570,13 +578,7 @@ func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []cache
 }
 
 func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
-	var addrs []netip.Prefix
-	for _, ip := range a.IPs {
-		if prefix, err := netip.ParsePrefix(ip); err == nil {
-			addrs = append(addrs, prefix)
-		}
-	}
-	c.pools[a.NetworkUID].release(ownerKey(uid, a.Interface), addrs)
+	c.pools[a.NetworkUID].release(ownerKey(uid, a.Interface), addresses(a))
 }
 
 // write puts the allocations on the pod, as netop's annotation and as
