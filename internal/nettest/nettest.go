@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,4 +63,21 @@ func DeleteNetns(name string) error {
 		return fmt.Errorf("delete network namespace %q: %w", name, err)
 	}
 	return nil
+}
+
+// Handle is a netlink handle in the named network namespace, closed when
+// the test ends.
+func Handle(t testing.TB, name string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }

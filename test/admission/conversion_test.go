@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,16 +177,7 @@ func TestDualStackNetwork(t *testing.T) {
 // network namespace, link-local ones aside, sorted.
 func bridgeAddresses(t *testing.T, name string) []string {
 	t.Helper()
-	handleNS, err := netns.GetFromName(operatorNetns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = handleNS.Close() }()
-	handle, err := netlink.NewHandleAt(handleNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handle.Close()
+	handle := nettest.Handle(t, operatorNetns)
 	link, err := handle.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -72,21 +71,6 @@ func namedNetns(t *testing.T, prefix string) (name, path string) {
 	return name, filepath.Join("/run/netns", name)
 }
 
-func handleIn(t *testing.T, path string) *netlink.Handle {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ns.Close() }()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
-
 // cniNode is a node for the plugin: a network namespace in which the
 // operator (with the allocation controller and the linux backend) makes
 // the Networks' bridges, and a runtime's view of the plugin.
@@ -107,7 +91,7 @@ func startCNINode(t *testing.T) *cniNode {
 	n := &cniNode{env: env, ns: env.Namespace(t), dataDir: t.TempDir(), networks: map[string]*samplecrdv1.Network{}}
 	var nodeNetns string
 	nodeNetns, n.netns = namedNetns(t, "cninode")
-	n.node = handleIn(t, n.netns)
+	n.node = nettest.Handle(t, nodeNetns)
 	n.runtime = libcni.NewCNIConfigWithCacheDir([]string{buildPlugin(t)}, t.TempDir(), nil)
 
 	_, ctx := ktesting.NewTestContext(t)
@@ -172,8 +156,9 @@ func (n *cniNode) newSandbox(t *testing.T, name, networks string, wait bool) *sa
 	t.Helper()
 	createPod(t, n.env, n.ns, name, networks)
 	s := &sandbox{containerID: "c-" + nettest.NetnsName(name)}
-	_, s.netns = namedNetns(t, "cnipod")
-	s.handle = handleIn(t, s.netns)
+	var netnsName string
+	netnsName, s.netns = namedNetns(t, "cnipod")
+	s.handle = nettest.Handle(t, netnsName)
 	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
 		pod, err := n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

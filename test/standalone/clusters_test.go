@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -144,16 +142,7 @@ func twoClusters(t *testing.T, identities func(*testing.T, *samplecrdv1.NetworkL
 // bridgeIndexes maps each Network to the ifindex of its bridge.
 func bridgeIndexes(t *testing.T, netnsName string, list *samplecrdv1.NetworkList) map[types.UID]string {
 	t.Helper()
-	ns, err := netns.GetFromName(netnsName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ns.Close() }()
-	handle, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handle.Close()
+	handle := nettest.Handle(t, netnsName)
 	out := map[types.UID]string{}
 	for _, n := range list.Items {
 		if n.Status.Backend == nil {

@@ -61,17 +61,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	}
 	t.Cleanup(b.Close)
 
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ns.Close() }()
-	hand, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hand.Close)
-	return &testEnv{b: b, hand: hand, netns: name}
+	return &testEnv{b: b, hand: nettest.Handle(t, name), netns: name}
 }
 
 func testContext(t testing.TB) context.Context {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -95,17 +94,7 @@ func (h *harness) waitReady(name string, status metav1.ConditionStatus, reason s
 
 func (h *harness) handle() *netlink.Handle {
 	h.t.Helper()
-	ns, err := netns.GetFromName(h.netns)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer func() { _ = ns.Close() }()
-	handle, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(handle.Close)
-	return handle
+	return nettest.Handle(h.t, h.netns)
 }
 
 // bridgeAddrs returns the addresses of the named bridge, or ok=false when
