@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -147,6 +148,20 @@ func TestHandler(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a review without a request: %d, want 400", resp.StatusCode)
+	}
+}
+
+// A kind with top-level fields beside metadata, spec and status is
+// refused, naming the field: the review is decoded into those alone, and a
+// conversion would lose the rest.
+func TestConvertRefusesOtherTopLevelFields(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Converter{Scheme: scheme}.Convert([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":"b"}}`), corev1.SchemeGroupVersion)
+	if err == nil || !strings.Contains(err.Error(), `top-level field "immutable"`) {
+		t.Errorf("converting a ConfigMap: %v, want a refusal naming a field conversion does not carry", err)
 	}
 }
 
