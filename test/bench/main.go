@@ -238,6 +238,12 @@ func run(c config) error {
 		args := controllerArgs{
 			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k),
 			profiling: c.profileDir != "" && n == largest, contentType: c.contentType,
+			restartNext: c.restart && n == largest,
+		}
+		if args.restartNext {
+			if args.webhookAddr, err = freeAddr(); err != nil {
+				return err
+			}
 		}
 		b.netnses = append(b.netnses, args.netns)
 		fmt.Fprintf(os.Stderr, "netop: %d Networks\n", n)
@@ -246,7 +252,7 @@ func run(c config) error {
 		}
 		if c.restart && n == largest {
 			fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", n)
-			args.profiling = false
+			args.profiling, args.restartNext = false, false
 			if st.restart, err = b.restartRun(ctx, n, args); err != nil {
 				return fmt.Errorf("restart: %w", err)
 			}
@@ -466,6 +472,17 @@ type controllerArgs struct {
 	// profiling serves pprof on the metrics address.
 	profiling   bool
 	contentType string
+	// restartNext leaves the child's webhook registrations in place when
+	// it stops, for the restarted child, which finds them as a restarted
+	// pod finds its own (a CA kept in a Secret): giving the conversion
+	// webhook back to the bench in between would change the CRD, and the
+	// API server would rebuild its storage (every cacher relisted, every
+	// v1 object converted again) under the restarted controller.
+	restartNext bool
+	// webhookAddr is where the child serves its webhooks; empty, any free
+	// port. A restarted child serves where the one before it did, as a
+	// Service stays where it is, so that its registration is unchanged.
+	webhookAddr string
 }
 
 type child struct {
@@ -475,13 +492,21 @@ type child struct {
 	stopped func()
 }
 
-func (b *bench) startController(a controllerArgs) (*child, error) {
+// freeAddr returns a local address nothing listens on.
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
+
+func (b *bench) startController(a controllerArgs) (*child, error) {
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	args := []string{"run",
 		"--kubeconfig=" + b.cp.KubeconfigPath,
 		"--workers=" + strconv.Itoa(a.workers),
@@ -501,7 +526,11 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 		args = append(args, "--kube-api-content-type="+a.contentType)
 	}
 	if a.webhooks {
-		args = append(args, "--webhook-addr=127.0.0.1:0", "--webhook-local", "--webhook-cert-dir="+filepath.Join(b.dir, "webhook"))
+		webhookAddr := a.webhookAddr
+		if webhookAddr == "" {
+			webhookAddr = "127.0.0.1:0"
+		}
+		args = append(args, "--webhook-addr="+webhookAddr, "--webhook-local", "--webhook-cert-dir="+filepath.Join(b.dir, "webhook"))
 	}
 	cmd := exec.Command(b.netopBinary, args...)
 	log, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("netop-bench-controller-%d.log", os.Getpid())))
@@ -513,7 +542,7 @@ func (b *bench) startController(a controllerArgs) (*child, error) {
 		return nil, err
 	}
 	c := &child{cmd: cmd, metricsAddr: addr}
-	if a.webhooks {
+	if a.webhooks && !a.restartNext {
 		// It registered its own conversion webhook, which goes with it.
 		c.stopped = func() {
 			if err := b.conversion.Register(context.Background()); err != nil {
