@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/backend/backendtest"
@@ -45,17 +46,24 @@ func waitAt(t *testing.T, ns, name string, ok func(cnatv1alpha1.AtStatus) bool) 
 func endPod(t *testing.T, ns, name string, exitCode int32) {
 	t.Helper()
 	env := testenv.Get(t)
-	pod, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	// Read and written again on a conflict, as the kubelet does: another
+	// writer may change the pod between the read and the write (CI saw a
+	// conflict here once).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := env.Kube.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod.Status.Phase = corev1.PodSucceeded
+		if exitCode != 0 {
+			pod.Status.Phase = corev1.PodFailed
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "command", Image: at.DefaultImage,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, Reason: "Completed"}}}}
+		_, err = env.Kube.CoreV1().Pods(ns).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Status.Phase = corev1.PodSucceeded
-	if exitCode != 0 {
-		pod.Status.Phase = corev1.PodFailed
-	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "command", Image: at.DefaultImage,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, Reason: "Completed"}}}}
-	if _, err := env.Kube.CoreV1().Pods(ns).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
