@@ -250,7 +250,7 @@ func run(c config) error {
 		if st.ours, err = b.measure(ctx, "netop", ours, n, 10+k, args); err != nil {
 			return fmt.Errorf("netop, %d Networks: %w", n, err)
 		}
-		if c.restart && n == largest {
+		if args.restartNext {
 			fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", n)
 			args.profiling, args.restartNext = false, false
 			if st.restart, err = b.restartRun(ctx, n, args); err != nil {
