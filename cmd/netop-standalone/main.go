@@ -30,11 +30,11 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni/plugin"
-	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
-	"github.com/netop-dev/netop/internal/node"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/netop-dev/netop/internal/image"
+	"github.com/netop-dev/netop/internal/standalone/image"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
 // namespace makes a throwaway named network namespace and a netlink

@@ -21,9 +21,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/pki"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/conversion"
 	"github.com/netop-dev/netop/internal/webhook/networks"

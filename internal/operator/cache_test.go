@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -26,13 +27,13 @@ func readyNetwork(i int) *samplecrdv1.Network {
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "default", Name: fmt.Sprintf("network-%05d", i), UID: "9ec99581-a593-4fcf-a774-4ded5666c744",
 			ResourceVersion: "123456", Generation: 1, CreationTimestamp: metav1.Now(),
-			Finalizers:    []string{samplecrdv1.Finalizer},
+			Finalizers:    []string{samplecrd.Finalizer},
 			ManagedFields: []metav1.ManagedFieldsEntry{fields("kubectl-client-side-apply", ""), fields("netop", ""), fields("netop", "status")},
 		},
 		Spec: samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), Gateway: fmt.Sprintf("10.%d.%d.1", i/256, i%256)},
 		Status: samplecrdv1.NetworkStatus{ObservedGeneration: 1, CIDR: "10.0.0.0/24", Gateway: "10.0.0.1",
 			Backend: &samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: "netop9ec99581a5"},
-			Conditions: []metav1.Condition{{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned,
+			Conditions: []metav1.Condition{{Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrd.ReasonProvisioned,
 				Message: "linux network netop9ec99581a5 has 10.0.0.0/24 with gateway 10.0.0.1", ObservedGeneration: 1, LastTransitionTime: metav1.Now()}}},
 	}
 }

@@ -52,8 +52,8 @@ import (
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/version"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	if be == nil {
-		if o.Role == RoleController && o.Backend == string(samplecrdv2.BackendLinux) {
+		if o.Role == RoleController && o.Backend == string(samplecrd.BackendLinux) {
 			be = agents.Backend{}
 		} else if be, op.close, err = NewBackend(ctx, o); err != nil {
 			return nil, err
@@ -464,7 +464,7 @@ func clusterID(ctx context.Context, kube kubernetes.Interface, flag string) (str
 // NewBackend makes the backend the options name, and the function that
 // releases it.
 func NewBackend(ctx context.Context, o *Options) (backend.Backend, func(), error) {
-	if o.Backend == string(samplecrdv2.BackendNeutron) {
+	if o.Backend == string(samplecrd.BackendNeutron) {
 		nb, err := neutronbackend.New(ctx, neutronbackend.Config{Endpoint: o.NeutronEndpoint, ProjectID: o.NeutronProject, Cloud: o.NeutronCloud})
 		if err != nil {
 			return nil, nil, err

@@ -22,7 +22,7 @@ import (
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/webhook"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
 // Role is what part of netop a process runs.
@@ -174,7 +174,7 @@ func NewOptions() *Options {
 		KubeAPIContentType: kubeclient.Protobuf,
 		Workers:            4,
 		Resync:             5 * time.Minute,
-		Backend:            string(samplecrdv2.BackendLinux),
+		Backend:            string(samplecrd.BackendLinux),
 		MetricsAddr:        ":8080",
 
 		OperatorNamespace: operatorNamespace(),
@@ -272,7 +272,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("unknown role %q", o.Role)
 	case o.Role == RoleAgent && o.NodeName == "":
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required: the agent reports on its node")
-	case o.Role == RoleAgent && o.Backend != string(samplecrdv2.BackendLinux):
+	case o.Role == RoleAgent && o.Backend != string(samplecrd.BackendLinux):
 		return fmt.Errorf("--backend %q: the agent builds linux bridges; Neutron networks are the controller's", o.Backend)
 	case o.InstallCNI && (o.CNIBinDir == "" || o.CNIKubeconfig == "" || o.CNIServiceAccount == ""):
 		return fmt.Errorf("--install-cni needs --cni-bin-dir, --cni-kubeconfig and --cni-service-account")
@@ -305,9 +305,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--namespace %q: the workload initializer serves all namespaces; use --initialize-workloads=false with --namespace", o.Namespace)
 	case o.ClusterID != "" && backend.ValidCluster(o.ClusterID) != nil:
 		return fmt.Errorf("--cluster-id: %w", backend.ValidCluster(o.ClusterID))
-	case o.Backend != string(samplecrdv2.BackendLinux) && o.Backend != string(samplecrdv2.BackendNeutron):
+	case o.Backend != string(samplecrd.BackendLinux) && o.Backend != string(samplecrd.BackendNeutron):
 		return fmt.Errorf("--backend %q is not supported; supported: linux, neutron", o.Backend)
-	case o.Backend == string(samplecrdv2.BackendNeutron) && o.NeutronEndpoint != "" && o.NeutronProject == "":
+	case o.Backend == string(samplecrd.BackendNeutron) && o.NeutronEndpoint != "" && o.NeutronProject == "":
 		return fmt.Errorf("--neutron-project is required with --neutron-endpoint: Neutron without Keystone needs the project that owns the networks")
 	}
 	return nil

@@ -9,13 +9,14 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
-	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
+	"github.com/netop-dev/netop/internal/sidecar/pods"
+	"github.com/netop-dev/netop/internal/sidecar/workloads"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/deployments"
 	"github.com/netop-dev/netop/internal/webhook/networks"
-	"github.com/netop-dev/netop/internal/webhook/pods"
-	"github.com/netop-dev/netop/internal/webhook/workloads"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
@@ -25,7 +26,7 @@ import (
 const WebhookConfigurationName = "netop"
 
 // NetworkCRD is the CRD whose conversion webhook netop serves.
-const NetworkCRD = "networks." + samplecrdv1.GroupName
+const NetworkCRD = "networks." + samplecrd.GroupName
 
 // Paths the webhook server serves.
 const (
@@ -108,7 +109,7 @@ func webhooks(d webhookDeps) webhook.Set {
 		Rule: admissionregistrationv1.Rule{
 			// Each version as its client wrote it: no conversion per
 			// request, and errors that name the client's fields.
-			APIGroups: []string{samplecrdv1.GroupName}, APIVersions: []string{samplecrdv1.SchemeGroupVersion.Version, samplecrdv2.SchemeGroupVersion.Version},
+			APIGroups: []string{samplecrd.GroupName}, APIVersions: []string{samplecrdv1.SchemeGroupVersion.Version, samplecrdv2.SchemeGroupVersion.Version},
 			Resources: []string{"networks"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 		},
 	}}
@@ -169,8 +170,8 @@ func webhooks(d webhookDeps) webhook.Set {
 	}}
 	wantsNetwork := []admissionregistrationv1.MatchCondition{{
 		Name: "wants-network",
-		Expression: "has(object.metadata.annotations) && ('" + samplecrdv1.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
-			samplecrdv1.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
+		Expression: "has(object.metadata.annotations) && ('" + samplecrd.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
+			samplecrd.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
 	}}
 	netAdmission := &networks.Admission{CIDRs: d.cidrs, Decoder: d.decoder,
 		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}, Addresses: d.addresses}

@@ -18,9 +18,10 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -37,7 +38,7 @@ func TestSeedNetworkReadsAsV2(t *testing.T) {
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), seed, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ready := env.WaitReady(t, ns, seed.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	ready := env.WaitReady(t, ns, seed.Name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 
 	v2, err := env.Netop.SamplecrdV2().Networks(ns).Get(t.Context(), seed.Name, metav1.GetOptions{})
 	if err != nil {
@@ -67,7 +68,7 @@ func TestSeedNetworkReadsAsV2(t *testing.T) {
 	if !slices.Equal(created.Spec.Gateways, []string{"10.121.0.1"}) {
 		t.Errorf("v2 create: gateways %v, want the default [10.121.0.1]", created.Spec.Gateways)
 	}
-	v1 := env.WaitReady(t, ns, "v2-single", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	v1 := env.WaitReady(t, ns, "v2-single", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	if v1.Spec.CIDR != "10.121.0.0/24" || v1.Spec.Gateway != "10.121.0.1" || len(v1.Annotations) != 0 {
 		t.Errorf("the v2 Network read as v1: spec %+v, annotations %v", v1.Spec, v1.Annotations)
 	}
@@ -103,7 +104,7 @@ func TestDualStackNetwork(t *testing.T) {
 	if !slices.Equal(created.Spec.Gateways, []string{"10.122.0.1", "fd00:122::1"}) {
 		t.Errorf("gateways defaulted to %v, want [10.122.0.1 fd00:122::1]", created.Spec.Gateways)
 	}
-	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	dual, err := networks.Get(t.Context(), "dual", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +129,7 @@ func TestDualStackNetwork(t *testing.T) {
 	if _, err := v1.Update(t.Context(), old, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("v1 update: %v", err)
 	}
-	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	env.WaitReady(t, ns, "dual", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	dual, err = networks.Get(t.Context(), "dual", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +219,7 @@ func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("kept", "10.123.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	env.WaitReady(t, ns, "kept", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	env.WaitReady(t, ns, "kept", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 
 	// A port nothing listens on.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -286,7 +287,7 @@ func TestKubectlGetNetworksShowsV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range group.Groups {
-		if g.Name == samplecrdv1.GroupName && g.PreferredVersion.Version != "v2" {
+		if g.Name == samplecrd.GroupName && g.PreferredVersion.Version != "v2" {
 			t.Errorf("preferred version of %s is %s, want v2", g.Name, g.PreferredVersion.Version)
 		}
 	}

@@ -16,8 +16,9 @@ import (
 
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -33,7 +34,7 @@ func networkDeployment(name string, replicas int32, annotations map[string]strin
 // the Deployment owns it as the garbage collector needs.
 func ownNetwork(t *testing.T, env *testenv.Env, d *appsv1.Deployment) *samplecrdv1.Network {
 	t.Helper()
-	n := env.WaitReady(t, d.Namespace, d.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	n := env.WaitReady(t, d.Namespace, d.Name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	ref := metav1.GetControllerOf(n)
 	if ref == nil || ref.UID != d.UID || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 		t.Errorf("Network %s: owner %+v, want the Deployment (uid %s) as controller, blocking its deletion", n.Name, ref, d.UID)
@@ -85,7 +86,7 @@ func TestDeploymentNetworks(t *testing.T) {
 	ns := env.Namespace(t)
 	deployments := env.Kube.AppsV1().Deployments(ns)
 	networks := env.Netop.SamplecrdV1().Networks(ns)
-	auto := map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto}
+	auto := map[string]string{samplecrd.DeploymentNetworkAnnotation: samplecrd.DeploymentNetworkAuto}
 	create := func(d *appsv1.Deployment) *appsv1.Deployment {
 		t.Helper()
 		created, err := deployments.Create(t.Context(), d, metav1.CreateOptions{})
@@ -100,7 +101,7 @@ func TestDeploymentNetworks(t *testing.T) {
 		t.Errorf("web's pod template at admission: %s = %q, want web", netselect.NetworksAnnotation, got)
 	}
 	api := create(networkDeployment("api", 1, auto))
-	db := create(networkDeployment("db", 1, map[string]string{samplecrdv1.DeploymentNetworkCIDRAnnotation: "10.77.0.0/24"}))
+	db := create(networkDeployment("db", 1, map[string]string{samplecrd.DeploymentNetworkCIDRAnnotation: "10.77.0.0/24"}))
 	webNet, apiNet, dbNet := ownNetwork(t, env, web), ownNetwork(t, env, api), ownNetwork(t, env, db)
 	pool := netip.MustParsePrefix("172.30.0.0/16")
 	webCIDR, apiCIDR := netip.MustParsePrefix(webNet.Spec.CIDR), netip.MustParsePrefix(apiNet.Spec.CIDR)
@@ -145,8 +146,8 @@ func TestDeploymentNetworks(t *testing.T) {
 			annotations map[string]string
 			want        string
 		}{
-			{map[string]string{samplecrdv1.DeploymentNetworkAnnotation: "yes"}, samplecrdv1.DeploymentNetworkAnnotation},
-			{map[string]string{samplecrdv1.DeploymentNetworkCIDRAnnotation: "10.1.0.0"}, samplecrdv1.DeploymentNetworkCIDRAnnotation},
+			{map[string]string{samplecrd.DeploymentNetworkAnnotation: "yes"}, samplecrd.DeploymentNetworkAnnotation},
+			{map[string]string{samplecrd.DeploymentNetworkCIDRAnnotation: "10.1.0.0"}, samplecrd.DeploymentNetworkCIDRAnnotation},
 		} {
 			_, err := deployments.Create(t.Context(), networkDeployment("bad", 1, tc.annotations), metav1.CreateOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -159,7 +160,7 @@ func TestDeploymentNetworks(t *testing.T) {
 		if _, err := networks.Create(t.Context(), network("mine", "10.78.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		env.WaitReady(t, ns, "mine", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+		env.WaitReady(t, ns, "mine", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 		_, err := deployments.Create(t.Context(), networkDeployment("mine", 1, auto), metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "is not this Deployment's") {
 			t.Errorf("a Deployment named like a user's Network: %v", err)
@@ -173,7 +174,7 @@ func TestDeploymentNetworks(t *testing.T) {
 func TestDeploymentNetworkWithoutAdmission(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
-	d := networkDeployment("unadmitted", 1, map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto})
+	d := networkDeployment("unadmitted", 1, map[string]string{samplecrd.DeploymentNetworkAnnotation: samplecrd.DeploymentNetworkAuto})
 	created, err := env.Kube.AppsV1().Deployments(operatorNamespace).Create(t.Context(), d, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

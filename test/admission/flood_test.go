@@ -24,9 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 )
 
 // procStatus reads a size in bytes from /proc/self/status (VmRSS, VmHWM).

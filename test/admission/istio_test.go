@@ -24,9 +24,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/netop-dev/netop/internal/envoy"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 )
 
 // istioModule is the Istio whose injection test inputs the corpus test

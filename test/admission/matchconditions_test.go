@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
 const (
@@ -111,10 +111,10 @@ func TestNetworkWebhooksSeeOnlySpecChanges(t *testing.T) {
 	}
 	before = check("create", before, map[string]float64{validateNetworks + " CREATE": 1, defaultNetworks + " CREATE": 1})
 
-	hold := fmt.Sprintf(`{"metadata":{"finalizers":[%q,"example.com/hold"]}}`, samplecrdv1.Finalizer)
+	hold := fmt.Sprintf(`{"metadata":{"finalizers":[%q,"example.com/hold"]}}`, samplecrd.Finalizer)
 	patch("add a finalizer", hold)
 	patch("add a label", `{"metadata":{"labels":{"team":"a"}}}`)
-	patch("remove a finalizer", fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, samplecrdv1.Finalizer))
+	patch("remove a finalizer", fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, samplecrd.Finalizer))
 	before = check("metadata-only updates", before, nil)
 
 	patch("change the gateway", `{"spec":{"gateway":"10.208.0.2"}}`)

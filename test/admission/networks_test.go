@@ -14,8 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -152,7 +153,7 @@ func TestDefaultingAndFinalizerAtAdmission(t *testing.T) {
 		if n.Spec.Gateway != tc.gateway {
 			t.Errorf("%s: gateway defaulted to %q, want %q", tc.cidr, n.Spec.Gateway, tc.gateway)
 		}
-		if strings.Join(n.Finalizers, ",") != samplecrdv1.Finalizer {
+		if strings.Join(n.Finalizers, ",") != samplecrd.Finalizer {
 			t.Errorf("%s: finalizers at creation = %v", tc.cidr, n.Finalizers)
 		}
 	}

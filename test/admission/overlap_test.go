@@ -14,8 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -104,9 +105,9 @@ func TestSimultaneousOverlappingCreates(t *testing.T) {
 				if err != nil {
 					return false, err.Error()
 				}
-				ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+				ready := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
 				if ready == nil || n.Status.ObservedGeneration != n.Generation ||
-					ready.Reason != samplecrdv1.ReasonProvisioned && ready.Reason != samplecrdv1.ReasonOverlap {
+					ready.Reason != samplecrd.ReasonProvisioned && ready.Reason != samplecrd.ReasonOverlap {
 					return false, fmt.Sprintf("%s/%s not settled: %+v", ns, name, ready)
 				}
 				if ready.Status == metav1.ConditionTrue {

@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/netop-dev/netop/internal/envoy"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 )
 
 // typedClient is what the typed clients of every workload kind have.

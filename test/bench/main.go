@@ -37,15 +37,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/controlplane"
-	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -59,6 +50,17 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
+	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
 type config struct {
@@ -417,7 +419,7 @@ func (b *bench) floor(ctx context.Context, namespace string, n, first int) (*res
 		wg.Go(func() {
 			for n := range objs {
 				n.Status.ObservedGeneration = n.Generation
-				meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned, Message: "floor"})
+				meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrd.ReasonProvisioned, Message: "floor"})
 				_, err := client.SamplecrdV1().Networks(n.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{})
 				mu.Lock()
 				if err != nil && writeErr == nil {
@@ -670,7 +672,7 @@ func (b *bench) watchReady(ctx context.Context, namespace string) (ready func() 
 	factory := informers.NewSharedInformerFactoryWithOptions(b.netop, 0, informers.WithNamespace(namespace))
 	record := func(obj any) {
 		n, ok := obj.(*samplecrdv1.Network)
-		if !ok || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+		if !ok || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady) {
 			return
 		}
 		mu.Lock()

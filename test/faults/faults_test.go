@@ -16,13 +16,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -131,7 +132,7 @@ func TestAPIServerRestart(t *testing.T) {
 		}
 	}
 	after := converged(t, client, lb)
-	created := testutil.ToFloat64(op.Metrics().BackendChanges.WithLabelValues(string(samplecrdv1.BackendLinux), string(backend.ActionCreated)))
+	created := testutil.ToFloat64(op.Metrics().BackendChanges.WithLabelValues(string(samplecrd.BackendLinux), string(backend.ActionCreated)))
 	if created != 40 {
 		t.Fatalf("%v bridges created for 40 Networks: a backend network was made twice or not at all", created)
 	}
@@ -163,7 +164,7 @@ func TestSlowFailingBackendBacksOff(t *testing.T) {
 		}
 		for _, n := range list.Items {
 			c := n.Status.Conditions
-			if len(c) == 0 || c[0].Reason != samplecrdv1.ReasonBackendError || c[0].Message != errDown.Error() {
+			if len(c) == 0 || c[0].Reason != samplecrd.ReasonBackendError || c[0].Message != errDown.Error() {
 				return false, fmt.Sprintf("%s: %+v", n.Name, c)
 			}
 		}

@@ -18,9 +18,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -217,7 +218,7 @@ func TestControllerAndAgents(t *testing.T) {
 	}
 
 	first := create("first", "10.140.0.0/24")
-	got := env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+	got := env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	wantNodes(got, 3, 3)
 	if want := linux.BridgeName(first.UID); got.Status.Backend == nil || got.Status.Backend.Interface != want {
 		t.Errorf("status.backend %+v, want interface %s", got.Status.Backend, want)
@@ -256,14 +257,14 @@ func TestControllerAndAgents(t *testing.T) {
 	lagging.stop()
 	second := create("second", "10.141.0.0/24")
 	waitNodes("second", "2/3")
-	got = env.WaitReady(t, ns, "second", metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, 30*time.Second)
+	got = env.WaitReady(t, ns, "second", metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, 30*time.Second)
 	wantNodes(got, 2, 3)
 	if msg := got.Status.Conditions[0].Message; !strings.Contains(msg, lagging.name+": not built yet") {
 		t.Errorf("Ready condition %q does not name the lagging node %s", msg, lagging.name)
 	}
 	// Back, it builds what it missed and says so in one write.
 	startAgent(lagging)
-	got = env.WaitReady(t, ns, "second", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+	got = env.WaitReady(t, ns, "second", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	wantNodes(got, 3, 3)
 	if !hasBridge(lagging, second, "10.141.0.0/24") {
 		t.Errorf("node %s has no bridge for second after its agent came back", lagging.name)
@@ -285,7 +286,7 @@ func TestControllerAndAgents(t *testing.T) {
 	})
 	for _, name := range []string{"first", "second"} {
 		waitNodes(name, "2/2")
-		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	}
 	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
 		left := removed.bridges(t)

@@ -15,11 +15,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/config"
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/ssa"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -260,7 +261,7 @@ func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
 	if _, err := nets.Create(t.Context(), newNetwork("first", "10.121.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+	env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 
 	// A stop leaves them registered (rolling updates), pointing at nothing
 	// now: the validating webhook fails closed.
@@ -285,7 +286,7 @@ func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
 	if _, err := nets.Create(t.Context(), newNetwork("admitted", "10.122.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("with the webhooks off: %v", err)
 	}
-	env.WaitReady(t, ns, "admitted", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+	env.WaitReady(t, ns, "admitted", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 }
 
 // Only what netop registered is removed: a configuration of the same name

@@ -10,9 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -74,7 +75,7 @@ func TestLeaderElection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 30*time.Second)
+		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 		return n.UID
 	}
 	create("before", "10.131.0.0/24")

@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

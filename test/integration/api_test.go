@@ -19,7 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	netopscheme "github.com/netop-dev/netop/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -76,7 +77,7 @@ func TestRoundTripThroughClientsetInformerAndLister(t *testing.T) {
 		CIDR:               "192.168.0.0/16",
 		Gateway:            "192.168.0.1",
 		Conditions: []metav1.Condition{{
-			Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned,
+			Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrd.ReasonProvisioned,
 			Message: "bridge up", LastTransitionTime: metav1.Now(), ObservedGeneration: 1,
 		}},
 		Backend: &samplecrdv1.NetworkBackendStatus{Type: samplecrdv1.BackendLinux, Interface: "netop0123456789"},

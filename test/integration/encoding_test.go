@@ -10,12 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	networkcontroller "github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
 // The operator reads and writes built-in resources (the pods it lists and
@@ -39,7 +39,7 @@ func TestBuiltinResourcesSpeakProtobuf(t *testing.T) {
 				metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+			env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 			testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
 				events, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 					"involvedObject.name": name, "reason": networkcontroller.ReasonCreated}.String()})

@@ -27,7 +27,7 @@ import (
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/migrate"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 

@@ -22,12 +22,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controller/nad"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -86,7 +87,7 @@ func TestNetworkAttachmentDefinitions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	network := env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	network := env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 
 	var got *unstructured.Unstructured
 	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
@@ -139,7 +140,7 @@ func TestNetworkAttachmentDefinitions(t *testing.T) {
 	// A restart writes none.
 	stop()
 	restarted, _ := startOperator(t, env)
-	env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
 		return testutil.ToFloat64(restarted.Metrics().ReconcileTotal.WithLabelValues(nad.Name, "success")) >= 2,
 			"the restarted operator has not synced both Networks' definitions"

@@ -32,9 +32,10 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
-	"github.com/netop-dev/netop/internal/neutrontest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/neutrontest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -113,7 +114,7 @@ func newHarness(t *testing.T, srv *neutrontest.Server, resync time.Duration) *ha
 		ResourceBase:   srv.URL + "v2.0/",
 	}
 	h.opts = operator.NewOptions()
-	h.opts.Backend = string(samplecrdv1.BackendNeutron)
+	h.opts.Backend = string(samplecrd.BackendNeutron)
 	h.opts.Namespace = h.ns
 	h.opts.Resync = resync
 	h.opts.MetricsAddr, h.opts.WebhookAddr, h.opts.InitializeWorkloads = "0", "0", false
@@ -187,7 +188,7 @@ func TestNeutronTutorialWalkthrough(t *testing.T) {
 	h := newHarness(t, nil, time.Minute)
 	h.start()
 	h.create("example-network", "192.168.0.0/16", "192.168.0.1")
-	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 	b := n.Status.Backend
 	if b == nil || b.Type != samplecrdv1.BackendNeutron || b.NetworkID == "" || b.SubnetID == "" {
 		t.Fatalf("status.backend = %+v", b)
@@ -200,7 +201,7 @@ func TestNeutronTutorialWalkthrough(t *testing.T) {
 	if _, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n = h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	n = h.waitReady("example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 	if s := h.subnet(n.Status.Backend.SubnetID); s.CIDR != "192.168.0.0/16" || s.GatewayIP != "192.168.1.1" {
 		t.Fatalf("after the update: subnet %s gateway %s", s.CIDR, s.GatewayIP)
 	}
@@ -234,7 +235,7 @@ func TestNeutronDriftAndOrphans(t *testing.T) {
 	}
 	h.start()
 	h.create("drift", "10.98.0.0/24", "")
-	n := h.waitReady("drift", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	n := h.waitReady("drift", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 	old := *n.Status.Backend
 
 	testenv.Eventually(t, 20*time.Second, func(context.Context) (bool, string) {
@@ -252,7 +253,7 @@ func TestNeutronDriftAndOrphans(t *testing.T) {
 		}
 		return got.Status.Backend.NetworkID != old.NetworkID && got.Status.Backend.SubnetID != "", fmt.Sprintf("status.backend %+v", got.Status.Backend)
 	})
-	n = h.waitReady("drift", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	n = h.waitReady("drift", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 	if s := h.subnet(n.Status.Backend.SubnetID); s.CIDR != "10.98.0.0/24" || s.GatewayIP != "10.98.0.1" {
 		t.Fatalf("recreated subnet: %s gateway %s", s.CIDR, s.GatewayIP)
 	}
@@ -275,7 +276,7 @@ func TestNeutronOutage(t *testing.T) {
 	h := newHarness(t, srv, time.Hour)
 	h.start()
 	h.create("before", "10.97.0.0/24", "")
-	h.waitReady("before", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	h.waitReady("before", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -285,8 +286,8 @@ func TestNeutronOutage(t *testing.T) {
 		h.create(fmt.Sprintf("during-%d", i), fmt.Sprintf("10.97.%d.0/24", i+1), "")
 	}
 	for i := range during {
-		n := h.waitReady(fmt.Sprintf("during-%d", i), metav1.ConditionFalse, samplecrdv1.ReasonBackendError, 30*time.Second)
-		if c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); !strings.Contains(c.Message, "neutron") && !strings.Contains(c.Message, "Neutron") {
+		n := h.waitReady(fmt.Sprintf("during-%d", i), metav1.ConditionFalse, samplecrd.ReasonBackendError, 30*time.Second)
+		if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); !strings.Contains(c.Message, "neutron") && !strings.Contains(c.Message, "Neutron") {
 			t.Errorf("BackendError message %q does not say Neutron failed", c.Message)
 		}
 	}
@@ -296,7 +297,7 @@ func TestNeutronOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range during {
-		h.waitReady(fmt.Sprintf("during-%d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 60*time.Second)
+		h.waitReady(fmt.Sprintf("during-%d", i), metav1.ConditionTrue, samplecrd.ReasonProvisioned, 60*time.Second)
 	}
 	nets, subs := h.projectNetworks()
 	if len(nets) != during+1 || len(subs) != during+1 {
@@ -315,7 +316,7 @@ func TestNeutronIdleResyncRequestBudget(t *testing.T) {
 		h.create(fmt.Sprintf("n%02d", i), fmt.Sprintf("10.96.%d.0/24", i), "")
 	}
 	for i := range count {
-		h.waitReady(fmt.Sprintf("n%02d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 60*time.Second)
+		h.waitReady(fmt.Sprintf("n%02d", i), metav1.ConditionTrue, samplecrd.ReasonProvisioned, 60*time.Second)
 	}
 	lists := func() float64 { return backendOps(t, h.op, "list") }
 	reconciles := func() float64 {
@@ -378,7 +379,7 @@ func TestNeutronNameCollision(t *testing.T) {
 	}
 	for _, nn := range [][2]string{{nsA, "z"}, {nsB, "y-z"}} {
 		h.ns = nn[0]
-		n := h.waitReady(nn[1], metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+		n := h.waitReady(nn[1], metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 		ids = append(ids, n.Status.Backend.NetworkID)
 	}
 	if ids[0] == ids[1] {
@@ -400,7 +401,7 @@ func TestNeutronNameCollision(t *testing.T) {
 func backendOps(t *testing.T, op *operator.Operator, operation string) float64 {
 	t.Helper()
 	var m dto.Metric
-	h, ok := op.Metrics().BackendDuration.WithLabelValues(string(samplecrdv1.BackendNeutron), operation, "success").(prometheus.Metric)
+	h, ok := op.Metrics().BackendDuration.WithLabelValues(string(samplecrd.BackendNeutron), operation, "success").(prometheus.Metric)
 	if !ok {
 		t.Fatal("backend duration is not a metric")
 	}
@@ -423,7 +424,7 @@ func TestNeutronDualStack(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitReady("dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, 20*time.Second)
+	h.waitReady("dual", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 20*time.Second)
 	n, err := nets.Get(t.Context(), "dual", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

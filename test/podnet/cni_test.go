@@ -27,9 +27,10 @@ import (
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -109,7 +110,7 @@ func startCNINode(t *testing.T) *cniNode {
 	testenv.StartOperator(t, env.Config, opts, be)
 	for name, cidr := range map[string]string{"example-network": "192.168.0.0/16", "v6": "fd00:42::/64"} {
 		createNetwork(t, env, n.ns, name, cidr)
-		n.networks[name] = env.WaitReady(t, n.ns, name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+		n.networks[name] = env.WaitReady(t, n.ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	}
 	return n
 }
@@ -433,7 +434,7 @@ func TestCNIPluginDualStack(t *testing.T) {
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.84.0.0/24", "fd84::/64"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n.networks["dual"] = n.env.WaitReady(t, n.ns, "dual", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	n.networks["dual"] = n.env.WaitReady(t, n.ns, "dual", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	list := n.conf(t, "1.1.0", "")
 	a := n.newSandbox(t, "dual-a", "dual", true)
 	b := n.newSandbox(t, "dual-b", "dual", true)

@@ -14,10 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -77,7 +78,7 @@ func TestNetworkInUse(t *testing.T) {
 			Spec: samplecrdv1.NetworkSpec{CIDR: "192.168.0.0/24"}}, metav1.CreateOptions{})
 		return err == nil, fmt.Sprint(err) // the webhooks may not answer yet
 	})
-	n := env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	n := env.WaitReady(t, ns, "example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	if a := n.Status.Addresses; a == nil || a.Allocated != 0 || a.Available != "253" {
 		t.Fatalf("a new /24: status.addresses %+v, want 0 allocated and 253 available (not the network, gateway or broadcast)", a)
 	}
@@ -128,8 +129,8 @@ func TestNetworkInUse(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
-		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == samplecrdv1.ReasonInUse &&
+		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == samplecrd.ReasonInUse &&
 			strings.Contains(ready.Message, fmt.Sprintf("%d pods hold addresses of the Network (%s/p00, %s/p01, %s/p02, ...)", pods, ns, ns, ns)), fmt.Sprintf("%+v", ready)
 	})
 	if len(be.Networks()) != 1 {
@@ -145,7 +146,7 @@ func TestNetworkInUse(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
 		n, got := addresses(ctx, env, ns, "example-network")
-		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		ready := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
 		return got == fmt.Sprintf("allocated 1 available %d", 252) && ready != nil && strings.HasPrefix(ready.Message, fmt.Sprintf("1 pods hold addresses of the Network (%s/p19)", ns)),
 			got + " " + fmt.Sprint(ready)
 	})
@@ -179,7 +180,7 @@ func TestDualStackNetworkInUse(t *testing.T) {
 		Spec: samplecrdv1.NetworkSpec{CIDR: "10.83.0.0/24"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	env.WaitReady(t, ns, "grow", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, time.Minute)
+	env.WaitReady(t, ns, "grow", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
 	for i := range 3 {
 		createPod(t, env, ns, fmt.Sprintf("old%d", i), "grow")
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/neutrontest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/neutrontest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -107,7 +108,7 @@ func twoClusters(t *testing.T, identities func(*testing.T, *samplecrdv1.NetworkL
 					return false, err.Error()
 				}
 				for _, n := range list.Items {
-					if !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+					if !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady) {
 						return false, fmt.Sprintf("%s is not Ready", n.Name)
 					}
 				}

@@ -17,9 +17,9 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	neutronbackend "github.com/netop-dev/netop/internal/backend/neutron"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/neutrontest"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/neutrontest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 

@@ -30,12 +30,13 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
-	"github.com/netop-dev/netop/internal/image"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/node"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/standalone/image"
+	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -267,7 +268,7 @@ func TestNode(t *testing.T) {
 		// node with net1 on the Network netop made for it.
 		labels := map[string]string{"app": "own"}
 		d := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "own", Annotations: map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto}},
+			ObjectMeta: metav1.ObjectMeta{Name: "own", Annotations: map[string]string{samplecrd.DeploymentNetworkAnnotation: samplecrd.DeploymentNetworkAuto}},
 			Spec: appsv1.DeploymentSpec{
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},

@@ -20,11 +20,11 @@ import (
 
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/nettest"
-	"github.com/netop-dev/netop/internal/node"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )

@@ -26,7 +26,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netop-dev/netop/internal/nettest"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
 // inMountNamespaceEnv marks the child process of a test that runs in a

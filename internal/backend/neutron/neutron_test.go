@@ -28,7 +28,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/neutrontest"
+	"github.com/netop-dev/netop/internal/testing/neutrontest"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 

@@ -36,7 +36,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
@@ -58,7 +58,7 @@ const (
 )
 
 // Label marks the Networks made for Deployments.
-const Label = samplecrdv1.GroupName + "/deployment"
+const Label = samplecrd.GroupName + "/deployment"
 
 // Options configure the controller.
 type Options struct {
@@ -177,18 +177,18 @@ var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
 // Wanted reads a Deployment's annotations: whether it asks for a Network,
 // and the cidr it names (invalid for one from the pool).
 func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
-	mode, auto := annotations[samplecrdv1.DeploymentNetworkAnnotation]
-	explicit, hasCIDR := annotations[samplecrdv1.DeploymentNetworkCIDRAnnotation]
-	if auto && mode != samplecrdv1.DeploymentNetworkAuto {
+	mode, auto := annotations[samplecrd.DeploymentNetworkAnnotation]
+	explicit, hasCIDR := annotations[samplecrd.DeploymentNetworkCIDRAnnotation]
+	if auto && mode != samplecrd.DeploymentNetworkAuto {
 		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not %q; for a cidr of your choice use %s",
-			samplecrdv1.DeploymentNetworkAnnotation, mode, samplecrdv1.DeploymentNetworkAuto, samplecrdv1.DeploymentNetworkCIDRAnnotation)
+			samplecrd.DeploymentNetworkAnnotation, mode, samplecrd.DeploymentNetworkAuto, samplecrd.DeploymentNetworkCIDRAnnotation)
 	}
 	if !hasCIDR {
 		return netip.Prefix{}, auto, nil
 	}
 	cidr, err := netip.ParsePrefix(explicit)
 	if err != nil {
-		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not a cidr such as 10.1.0.0/24: %w", samplecrdv1.DeploymentNetworkCIDRAnnotation, explicit, err)
+		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not a cidr such as 10.1.0.0/24: %w", samplecrd.DeploymentNetworkCIDRAnnotation, explicit, err)
 	}
 	return cidr.Masked(), true, nil
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
@@ -37,7 +37,7 @@ import (
 const Name = "network"
 
 // Reasons of the Normal Events on a Network. Warnings use the condition
-// reasons of the API (samplecrdv1.ReasonInvalid, ReasonBackendError).
+// reasons of the API (samplecrd.ReasonInvalid, ReasonBackendError).
 const (
 	ReasonCreated = "Created"
 	ReasonUpdated = "Updated"
@@ -258,8 +258,8 @@ func (c *Controller) converged(n *samplecrdv2.Network) bool {
 	}
 	return n.DeletionTimestamp == nil && n.Status.Backend != nil &&
 		n.Status.ObservedGeneration == n.Generation &&
-		slices.Contains(n.Finalizers, samplecrdv1.Finalizer) &&
-		meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady)
+		slices.Contains(n.Finalizers, samplecrd.Finalizer) &&
+		meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady)
 }
 
 // watchDrift enqueues the Network of every backend network changed behind

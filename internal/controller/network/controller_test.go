@@ -19,12 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/metrics"
-	"github.com/netop-dev/netop/internal/nettest"
 	"github.com/netop-dev/netop/internal/operator"
-	"github.com/netop-dev/netop/internal/testenv"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
@@ -167,14 +168,14 @@ func TestTutorialWalkthrough(t *testing.T) {
 	h.start()
 
 	h.create("example-network", "192.168.0.0/16", "192.168.0.1")
-	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	if n.Status.Backend == nil || n.Status.Backend.Type != samplecrdv1.BackendLinux || n.Status.Backend.Interface != linux.BridgeName(n.UID) {
 		t.Fatalf("status.backend = %+v", n.Status.Backend)
 	}
 	if n.Status.CIDR != "192.168.0.0/16" || n.Status.Gateway != "192.168.0.1" {
 		t.Fatalf("status cidr/gateway = %s %s", n.Status.CIDR, n.Status.Gateway)
 	}
-	if strings.Join(n.Finalizers, ",") != samplecrdv1.Finalizer {
+	if strings.Join(n.Finalizers, ",") != samplecrd.Finalizer {
 		t.Fatalf("finalizers = %v", n.Finalizers)
 	}
 	bridge := n.Status.Backend.Interface
@@ -185,7 +186,7 @@ func TestTutorialWalkthrough(t *testing.T) {
 	if _, err := h.env.Netop.SamplecrdV1().Networks(h.ns).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n = h.waitReady("example-network", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n = h.waitReady("example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	if n.Status.ObservedGeneration != 2 || n.Status.CIDR != "192.168.0.0/16" || n.Status.Gateway != "192.168.1.1" {
 		t.Fatalf("after update: observedGeneration %d, status cidr %s gateway %s", n.Status.ObservedGeneration, n.Status.CIDR, n.Status.Gateway)
 	}
@@ -220,7 +221,7 @@ func TestDriftRepair(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	h.start()
 	h.create("drift", "10.20.0.0/24", "10.20.0.1")
-	n := h.waitReady("drift", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n := h.waitReady("drift", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	bridge := n.Status.Backend.Interface
 	handle := h.handle()
 	h.waitBridge(bridge, "10.20.0.1/24")
@@ -251,7 +252,7 @@ func TestDeleteWhileStopped(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	h.start()
 	h.create("gone", "10.30.0.0/24", "10.30.0.1")
-	n := h.waitReady("gone", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n := h.waitReady("gone", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	bridge := n.Status.Backend.Interface
 	h.waitBridge(bridge, "10.30.0.1/24")
 	h.stopOp()
@@ -301,7 +302,7 @@ func TestOrphanSwept(t *testing.T) {
 
 	h.start()
 	h.create("alive", "10.41.0.0/24", "10.41.0.1")
-	n := h.waitReady("alive", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n := h.waitReady("alive", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	h.waitBridge(ours)
 
 	// The live one survives later sweeps too.
@@ -325,11 +326,11 @@ func TestBackendFailureAndRecovery(t *testing.T) {
 	h.backend.Fail(injected, backend.OperationEnsure, backend.OperationDelete)
 	h.start()
 	h.create("flaky", "10.50.0.0/24", "10.50.0.1")
-	n := h.waitReady("flaky", metav1.ConditionFalse, samplecrdv1.ReasonBackendError)
-	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); !strings.Contains(c.Message, "injected: netlink said no") {
+	n := h.waitReady("flaky", metav1.ConditionFalse, samplecrd.ReasonBackendError)
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); !strings.Contains(c.Message, "injected: netlink said no") {
 		t.Fatalf("Ready message %q does not say what failed", c.Message)
 	}
-	h.waitEvent("flaky", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonBackendError)
+	h.waitEvent("flaky", corev1.EventTypeWarning+"/"+samplecrd.ReasonBackendError)
 	// It keeps trying while the backend fails (backoff from 100 ms).
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
 		n := h.backend.Calls(backend.OperationEnsure)
@@ -337,7 +338,7 @@ func TestBackendFailureAndRecovery(t *testing.T) {
 	})
 
 	h.backend.Fail(nil)
-	n = h.waitReady("flaky", metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	n = h.waitReady("flaky", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	h.waitBridge(n.Status.Backend.Interface, "10.50.0.1/24")
 }
 
@@ -347,11 +348,11 @@ func TestInvalidSpec(t *testing.T) {
 	h := newHarness(t, time.Hour)
 	h.start()
 	h.create("invalid", "10.60.0.0/24", "10.60.0.0")
-	n := h.waitReady("invalid", metav1.ConditionFalse, samplecrdv1.ReasonInvalid)
-	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); !strings.Contains(c.Message, "spec.gateway") {
+	n := h.waitReady("invalid", metav1.ConditionFalse, samplecrd.ReasonInvalid)
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); !strings.Contains(c.Message, "spec.gateway") {
 		t.Fatalf("message %q does not name spec.gateway", c.Message)
 	}
-	h.waitEvent("invalid", corev1.EventTypeWarning+"/"+samplecrdv1.ReasonInvalid)
+	h.waitEvent("invalid", corev1.EventTypeWarning+"/"+samplecrd.ReasonInvalid)
 	if got := h.backend.Calls(backend.OperationEnsure); got != 0 {
 		t.Fatalf("the backend was called %d times for an invalid spec", got)
 	}
@@ -369,7 +370,7 @@ func TestResyncIsANoop(t *testing.T) {
 		h.create(fmt.Sprintf("n%d", i), fmt.Sprintf("10.70.%d.0/24", i), "")
 	}
 	for i := range 5 {
-		h.waitReady(fmt.Sprintf("n%d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+		h.waitReady(fmt.Sprintf("n%d", i), metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	}
 	// Events are posted asynchronously: once all five are visible, every
 	// write of the creation has been counted.
@@ -411,7 +412,7 @@ func TestRestartOfConvergedNetworksIsCheap(t *testing.T) {
 	}
 	var broken *samplecrdv1.Network
 	for i := range 5 {
-		broken = h.waitReady(fmt.Sprintf("r%d", i), metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+		broken = h.waitReady(fmt.Sprintf("r%d", i), metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	}
 	h.stopOp()
 
@@ -467,22 +468,22 @@ func TestOverlapArbitrated(t *testing.T) {
 	if !first.CreationTimestamp.Before(&second.CreationTimestamp) && (!first.CreationTimestamp.Equal(&second.CreationTimestamp) || second.UID < first.UID) {
 		winner, loser = second, first
 	}
-	h.waitReady(winner.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
-	got := h.waitReady(loser.Name, metav1.ConditionFalse, samplecrdv1.ReasonOverlap)
-	if msg := meta.FindStatusCondition(got.Status.Conditions, samplecrdv1.ConditionReady).Message; !strings.Contains(msg, h.ns+"/"+winner.Name+" ("+winner.Spec.CIDR+")") {
+	h.waitReady(winner.Name, metav1.ConditionTrue, samplecrd.ReasonProvisioned)
+	got := h.waitReady(loser.Name, metav1.ConditionFalse, samplecrd.ReasonOverlap)
+	if msg := meta.FindStatusCondition(got.Status.Conditions, samplecrd.ConditionReady).Message; !strings.Contains(msg, h.ns+"/"+winner.Name+" ("+winner.Spec.CIDR+")") {
 		t.Errorf("Overlap message %q does not name the older Network", msg)
 	}
 	if got.Status.Backend != nil {
 		t.Errorf("the losing Network has status.backend %+v", got.Status.Backend)
 	}
-	h.waitEvent(loser.Name, "Warning/"+samplecrdv1.ReasonOverlap)
+	h.waitEvent(loser.Name, "Warning/"+samplecrd.ReasonOverlap)
 	h.waitBridge(linux.BridgeName(winner.UID), winner.Spec.Gateway+"/"+strings.Split(winner.Spec.CIDR, "/")[1])
 	h.waitBridge(linux.BridgeName(loser.UID))
 
 	if err := h.env.Netop.SamplecrdV1().Networks(h.ns).Delete(context.Background(), winner.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitReady(loser.Name, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned)
+	h.waitReady(loser.Name, metav1.ConditionTrue, samplecrd.ReasonProvisioned)
 	h.waitBridge(linux.BridgeName(winner.UID))
 	h.waitBridge(linux.BridgeName(loser.UID), loser.Spec.Gateway+"/"+strings.Split(loser.Spec.CIDR, "/")[1])
 }

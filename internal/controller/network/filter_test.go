@@ -5,12 +5,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestNeedsReconcile(t *testing.T) {
-	base := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Generation: 1, Finalizers: []string{samplecrdv1.Finalizer}}}
+	base := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Generation: 1, Finalizers: []string{samplecrd.Finalizer}}}
 	base.Status.ObservedGeneration = 1
 	now := metav1.Now()
 	for name, tc := range map[string]struct {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/metrics"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
@@ -68,7 +68,7 @@ func (c *Controller) reportOutcome(n *samplecrdv2.Network, ready metav1.Conditio
 	switch {
 	case ready == metav1.ConditionTrue:
 		c.report.Ready(n)
-	case reason == samplecrdv1.ReasonOverlap:
+	case reason == samplecrd.ReasonOverlap:
 		c.report.Forget(n.UID)
 	default:
 		c.report.Failed(n, reason, message)
@@ -110,28 +110,28 @@ func (c *Controller) setNodes(n *samplecrdv2.Network, provisioned string) (metav
 // (nil without agents) and the Ready condition.
 func (c *Controller) nodeReadiness(n *samplecrdv2.Network, provisioned string) (*samplecrdv2.NetworkNodes, metav1.ConditionStatus, string, string) {
 	if c.nodes == nil {
-		return nil, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, provisioned
+		return nil, metav1.ConditionTrue, samplecrd.ReasonProvisioned, provisioned
 	}
 	ready, total, lagging := c.nodes.Nodes(n, laggingNames)
 	nodes := &samplecrdv2.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
 	switch {
 	case total == 0:
-		return nodes, metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, "no node runs netop's agent yet"
+		return nodes, metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, "no node runs netop's agent yet"
 	case ready < total:
 		named := strings.Join(lagging, "; ")
 		if more := int(total-ready) - len(lagging); more > 0 {
 			named += fmt.Sprintf("; and %d more", more)
 		}
-		return nodes, metav1.ConditionFalse, samplecrdv1.ReasonNodesNotReady, fmt.Sprintf("ready on %d of %d nodes; lagging: %s", ready, total, named)
+		return nodes, metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, fmt.Sprintf("ready on %d of %d nodes; lagging: %s", ready, total, named)
 	}
-	return nodes, metav1.ConditionTrue, samplecrdv1.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes", provisioned, ready, total)
+	return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes", provisioned, ready, total)
 }
 
 // nodesInSync reports whether a provisioned n's status shows the nodes'
 // readiness as the agents report it.
 func (c *Controller) nodesInSync(n *samplecrdv2.Network) bool {
-	ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
-	if c.nodes == nil || ready == nil || (ready.Reason != samplecrdv1.ReasonProvisioned && ready.Reason != samplecrdv1.ReasonNodesNotReady) {
+	ready := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
+	if c.nodes == nil || ready == nil || (ready.Reason != samplecrd.ReasonProvisioned && ready.Reason != samplecrd.ReasonNodesNotReady) {
 		return true
 	}
 	nodes, status, reason, _ := c.nodeReadiness(n, "")

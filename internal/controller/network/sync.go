@@ -21,7 +21,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
@@ -55,10 +55,10 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 		return c.finalize(ctx, n)
 	}
-	if !c.agent() && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+	if !c.agent() && !slices.Contains(n.Finalizers, samplecrd.Finalizer) {
 		// The admission webhook adds it at creation; this covers Networks
 		// made while it was not there.
-		if n, err = c.patchFinalizers(ctx, n, append(slices.Clone(n.Finalizers), samplecrdv1.Finalizer)); err != nil {
+		if n, err = c.patchFinalizers(ctx, n, append(slices.Clone(n.Finalizers), samplecrd.Finalizer)); err != nil {
 			return err
 		}
 	}
@@ -66,9 +66,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	families, errs := c.resolver.ResolveFamilies(n.Spec)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
-		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Invalid spec: %s", msg)
+		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonInvalid, "Invalid spec: %s", msg)
 		// Not retried: only a new spec can fix it, and that is a new event.
-		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInvalid, msg, n.Status.Backend)
+		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonInvalid, msg, n.Status.Backend)
 	}
 
 	// The cache may be ahead of the event handler: record n first.
@@ -92,20 +92,20 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if c.nodes != nil {
 		vni, ok := c.vnis.assign(n.UID)
 		if !ok {
-			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonBackendError, "every VXLAN network identifier is taken", n.Status.Backend)
+			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonBackendError, "every VXLAN network identifier is taken", n.Status.Backend)
 		}
 		n.Status.VNI = vni
 	}
 	res, err := c.backend.Ensure(ctx, want, n.Status.Backend)
 	if errors.Is(err, backend.ErrInvalid) {
 		msg := err.Error()
-		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonInvalid, "Backend %s refuses the spec: %s", c.backend.Type(), msg)
+		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonInvalid, "Backend %s refuses the spec: %s", c.backend.Type(), msg)
 		// Not retried: no retry can fix it, only a new spec can.
-		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInvalid, msg, n.Status.Backend)
+		return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonInvalid, msg, n.Status.Backend)
 	}
 	if err != nil {
-		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Backend %s failed: %v", c.backend.Type(), err)
-		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonBackendError, err.Error(), n.Status.Backend); statusErr != nil {
+		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Backend %s failed: %v", c.backend.Type(), err)
+		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonBackendError, err.Error(), n.Status.Backend); statusErr != nil {
 			logger.Error(statusErr, "Could not record the backend error in status")
 		}
 		return fmt.Errorf("ensuring backend network: %w", err)
@@ -148,7 +148,7 @@ func backendNetwork(owner backend.Owner, families netspec.Families) backend.Netw
 func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, families netspec.Families, winner overlap.Entry) error {
 	if c.arbiter.Present(n.UID) || n.Status.Backend != nil {
 		if err := c.backend.Delete(ctx, c.owner(n), n.Status.Backend); err != nil {
-			c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Removing the backend network of an overlapping Network failed: %v", err)
+			c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Removing the backend network of an overlapping Network failed: %v", err)
 			return fmt.Errorf("removing the backend network of an overlapping Network: %w", err)
 		}
 		if n.Status.Backend != nil {
@@ -158,18 +158,18 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, 
 	c.enqueueEntries(c.arbiter.Release(n.UID))
 	msg := fmt.Sprintf("spec.cidr %s overlaps Network %s/%s (%s), which is older: this Network has no backend network until that one is deleted or moves",
 		strings.Join(families.CIDRs(), " and "), winner.Namespace, winner.Name, winner.Overlapping(families.Prefixes()...))
-	if ready := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap || ready.Message != msg {
-		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonOverlap, "Not built: %s", msg)
+	if ready := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); ready == nil || ready.Reason != samplecrd.ReasonOverlap || ready.Message != msg {
+		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonOverlap, "Not built: %s", msg)
 		klog.FromContext(ctx).Info("Network overlaps an older one; not built", "winner", klog.KRef(winner.Namespace, winner.Name))
 	}
 	n.Status.CIDRs, n.Status.Gateways = nil, nil
-	return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonOverlap, msg, nil)
+	return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonOverlap, msg, nil)
 }
 
 // finalize removes the backend network of a Network that is being deleted,
 // then its finalizer, so that the Network goes only after its network did.
 func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error {
-	if !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+	if !slices.Contains(n.Finalizers, samplecrd.Finalizer) {
 		return nil
 	}
 	if c.addresses != nil {
@@ -181,15 +181,15 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error
 			// Woken when they free their addresses (UsageChanged).
 			cached := n.DeepCopy()
 			c.setAddresses(ctx, n)
-			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonInUse,
+			return c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonInUse,
 				holders.String()+"; it is deleted once they are gone", n.Status.Backend)
 		}
 	}
 	owner := c.owner(n)
 	if err := c.backend.Delete(ctx, owner, n.Status.Backend); err != nil {
-		c.eventf(n, corev1.EventTypeWarning, samplecrdv1.ReasonBackendError, "Deleting the backend network failed: %v", err)
+		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Deleting the backend network failed: %v", err)
 		cached := n.DeepCopy()
-		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrdv1.ReasonDeleting,
+		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonDeleting,
 			"deleting the backend network failed, retrying: "+err.Error(), n.Status.Backend); statusErr != nil && !apierrors.IsNotFound(statusErr) {
 			klog.FromContext(ctx).Error(statusErr, "Could not record the deletion error in status")
 		}
@@ -201,7 +201,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error
 	c.enqueueEntries(c.arbiter.Release(n.UID))
 	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
 	klog.FromContext(ctx).Info("Backend network deleted")
-	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrdv1.Finalizer }))
+	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrd.Finalizer }))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -227,7 +227,7 @@ func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv2.Network) {
 
 // addressesInSync reports whether n's status shows its address usage.
 func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv2.Network) bool {
-	if c.addresses == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+	if c.addresses == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady) {
 		return true // only a provisioned Network shows its usage
 	}
 	want := n.DeepCopy()
@@ -268,7 +268,7 @@ func (c *Controller) updateStatus(ctx context.Context, cached, n *samplecrdv2.Ne
 	n.Status.ObservedGeneration = n.Generation
 	n.Status.Backend = backendStatus
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
-		Type:               samplecrdv1.ConditionReady,
+		Type:               samplecrd.ConditionReady,
 		Status:             ready,
 		Reason:             reason,
 		Message:            message,

@@ -23,10 +23,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/backendtest"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/metrics"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/internal/testing/backendtest"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
@@ -76,7 +76,7 @@ func newFixture(t testing.TB, networks ...*samplecrdv2.Network) *fixture {
 func network(name, cidr, gateway string) *samplecrdv2.Network {
 	return &samplecrdv2.Network{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("0badc0de-0000-4000-8000-" + name),
-			Generation: 1, ResourceVersion: "5", Finalizers: []string{samplecrdv1.Finalizer}},
+			Generation: 1, ResourceVersion: "5", Finalizers: []string{samplecrd.Finalizer}},
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr}, Gateways: []string{gateway}},
 	}
 }
@@ -87,7 +87,7 @@ func readyNetwork(n *samplecrdv2.Network) *samplecrdv2.Network {
 	s := backendtest.Status(n.UID)
 	n.Status = samplecrdv2.NetworkStatus{
 		ObservedGeneration: n.Generation, CIDRs: n.Spec.CIDRs, Gateways: n.Spec.Gateways, Backend: &s,
-		Conditions: []metav1.Condition{{Type: samplecrdv1.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrdv1.ReasonProvisioned,
+		Conditions: []metav1.Condition{{Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrd.ReasonProvisioned,
 			Message:            "linux network " + s.Interface + " has " + n.Spec.CIDRs[0] + " with gateway " + n.Spec.Gateways[0],
 			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(time.Now())}},
 	}
@@ -160,7 +160,7 @@ func deleting(n *samplecrdv2.Network) *samplecrdv2.Network {
 }
 
 func TestSync(t *testing.T) {
-	networksResource := schema.GroupResource{Group: samplecrdv1.GroupName, Resource: "networks"}
+	networksResource := schema.GroupResource{Group: samplecrd.GroupName, Resource: "networks"}
 	tests := []struct {
 		name string
 		// network is in the cache and the API; nil: none.
@@ -193,7 +193,7 @@ func TestSync(t *testing.T) {
 		wantActions:   []string{"update networks/status"},
 		wantEvents:    []string{"Normal " + ReasonCreated},
 		wantReady:     metav1.ConditionTrue,
-		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantReason:    samplecrd.ReasonProvisioned,
 		wantOutcome:   metrics.ResultSuccess,
 		wantInBackend: true,
 	}, {
@@ -206,7 +206,7 @@ func TestSync(t *testing.T) {
 		wantActions:        []string{"patch networks", "update networks/status"},
 		wantEvents:         []string{"Normal " + ReasonCreated},
 		wantReady:          metav1.ConditionTrue,
-		wantReason:         samplecrdv1.ReasonProvisioned,
+		wantReason:         samplecrd.ReasonProvisioned,
 		wantFinalizerPatch: `{"metadata":{"finalizers":["samplecrd.k8s.io/network-cleanup"],"resourceVersion":"5"}}`,
 		wantOutcome:        metrics.ResultSuccess,
 		wantInBackend:      true,
@@ -235,25 +235,25 @@ func TestSync(t *testing.T) {
 		wantActions:   []string{"update networks/status"},
 		wantEvents:    []string{"Normal " + ReasonUpdated},
 		wantReady:     metav1.ConditionTrue,
-		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantReason:    samplecrd.ReasonProvisioned,
 		wantOutcome:   metrics.ResultSuccess,
 		wantInBackend: true,
 	}, {
 		name:        "invalid spec: Invalid, not retried, backend untouched",
 		network:     network("n", "10.1.0.0/16", "10.2.0.1"),
 		wantActions: []string{"update networks/status"},
-		wantEvents:  []string{"Warning " + samplecrdv1.ReasonInvalid},
+		wantEvents:  []string{"Warning " + samplecrd.ReasonInvalid},
 		wantReady:   metav1.ConditionFalse,
-		wantReason:  samplecrdv1.ReasonInvalid,
+		wantReason:  samplecrd.ReasonInvalid,
 		wantOutcome: metrics.ResultSuccess,
 	}, {
 		name:        "backend failing: BackendError, retried",
 		network:     network("n", "10.1.0.0/16", "10.1.0.1"),
 		failing:     []string{backend.OperationEnsure},
 		wantActions: []string{"update networks/status"},
-		wantEvents:  []string{"Warning " + samplecrdv1.ReasonBackendError},
+		wantEvents:  []string{"Warning " + samplecrd.ReasonBackendError},
 		wantReady:   metav1.ConditionFalse,
-		wantReason:  samplecrdv1.ReasonBackendError,
+		wantReason:  samplecrd.ReasonBackendError,
 		wantOutcome: metrics.ResultError,
 	}, {
 		name:        "backend refuses the spec (backend.ErrInvalid): Invalid, not retried",
@@ -261,9 +261,9 @@ func TestSync(t *testing.T) {
 		failing:     []string{backend.OperationEnsure},
 		failErr:     fmt.Errorf("add address 10.1.0.1/16 to bridge netop0badc0de0: cannot assign requested address: %w", backend.ErrInvalid),
 		wantActions: []string{"update networks/status"},
-		wantEvents:  []string{"Warning " + samplecrdv1.ReasonInvalid},
+		wantEvents:  []string{"Warning " + samplecrd.ReasonInvalid},
 		wantReady:   metav1.ConditionFalse,
-		wantReason:  samplecrdv1.ReasonInvalid,
+		wantReason:  samplecrd.ReasonInvalid,
 		wantOutcome: metrics.ResultSuccess,
 	}, {
 		name:    "status write conflicts: retried",
@@ -276,7 +276,7 @@ func TestSync(t *testing.T) {
 		wantActions:   []string{"update networks/status"},
 		wantEvents:    []string{"Normal " + ReasonCreated},
 		wantReady:     metav1.ConditionTrue,
-		wantReason:    samplecrdv1.ReasonProvisioned,
+		wantReason:    samplecrd.ReasonProvisioned,
 		wantOutcome:   metrics.ResultConflict,
 		wantInBackend: true,
 	}, {
@@ -296,9 +296,9 @@ func TestSync(t *testing.T) {
 		inBackend:     true,
 		failing:       []string{backend.OperationDelete},
 		wantActions:   []string{"update networks/status"},
-		wantEvents:    []string{"Warning " + samplecrdv1.ReasonBackendError},
+		wantEvents:    []string{"Warning " + samplecrd.ReasonBackendError},
 		wantReady:     metav1.ConditionFalse,
-		wantReason:    samplecrdv1.ReasonDeleting,
+		wantReason:    samplecrd.ReasonDeleting,
 		wantOutcome:   metrics.ResultError,
 		wantInBackend: true,
 	}, {
@@ -373,7 +373,7 @@ func TestSync(t *testing.T) {
 			case tt.wantReason != "" && written == nil:
 				t.Errorf("no status written, want Ready=%s %s", tt.wantReady, tt.wantReason)
 			case written != nil:
-				ready := meta.FindStatusCondition(written.Status.Conditions, samplecrdv1.ConditionReady)
+				ready := meta.FindStatusCondition(written.Status.Conditions, samplecrd.ConditionReady)
 				if ready == nil || ready.Status != tt.wantReady || ready.Reason != tt.wantReason || ready.ObservedGeneration != written.Generation {
 					t.Errorf("Ready condition %+v, want %s %s at generation %d", ready, tt.wantReady, tt.wantReason, written.Generation)
 				}
@@ -410,8 +410,8 @@ func (f *fixture) update(n *samplecrdv2.Network) {
 	if err := f.controller.indexer.Update(n); err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.client.Tracker().Get(schema.GroupVersionResource{Group: samplecrdv1.GroupName, Version: "v1", Resource: "networks"}, n.Namespace, n.Name); err == nil {
-		if err := f.client.Tracker().Update(schema.GroupVersionResource{Group: samplecrdv1.GroupName, Version: "v1", Resource: "networks"}, n, n.Namespace); err != nil {
+	if _, err := f.client.Tracker().Get(schema.GroupVersionResource{Group: samplecrd.GroupName, Version: "v1", Resource: "networks"}, n.Namespace, n.Name); err == nil {
+		if err := f.client.Tracker().Update(schema.GroupVersionResource{Group: samplecrd.GroupName, Version: "v1", Resource: "networks"}, n, n.Namespace); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -439,7 +439,7 @@ func (f *fixture) lastReady(n *samplecrdv2.Network) *metav1.Condition {
 	if last == nil {
 		return nil
 	}
-	return meta.FindStatusCondition(last.Status.Conditions, samplecrdv1.ConditionReady)
+	return meta.FindStatusCondition(last.Status.Conditions, samplecrd.ConditionReady)
 }
 
 // Of two overlapping Networks the older one is built and the younger one
@@ -459,10 +459,10 @@ func TestSyncOverlap(t *testing.T) {
 			t.Error("the losing Network reached the backend's Ensure")
 		}
 		ready := f.lastReady(younger)
-		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != samplecrdv1.ReasonOverlap || !strings.Contains(ready.Message, "ns/older (10.0.0.0/16)") {
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != samplecrd.ReasonOverlap || !strings.Contains(ready.Message, "ns/older (10.0.0.0/16)") {
 			t.Fatalf("younger's Ready condition %+v, want False Overlap naming ns/older", ready)
 		}
-		if got := f.events(); !slices.Equal(got, []string{"Warning " + samplecrdv1.ReasonOverlap}) {
+		if got := f.events(); !slices.Equal(got, []string{"Warning " + samplecrd.ReasonOverlap}) {
 			t.Errorf("Events %q, want one Warning Overlap", got)
 		}
 		f.sync(older)
@@ -508,7 +508,7 @@ func TestSyncOverlap(t *testing.T) {
 		if _, ok := f.backend.Networks()[younger.UID]; ok {
 			t.Fatal("the younger Network kept its backend network")
 		}
-		if ready := f.lastReady(younger); ready == nil || ready.Reason != samplecrdv1.ReasonOverlap {
+		if ready := f.lastReady(younger); ready == nil || ready.Reason != samplecrd.ReasonOverlap {
 			t.Fatalf("younger's Ready condition %+v, want Overlap", ready)
 		}
 		f.sync(older)

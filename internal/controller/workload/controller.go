@@ -38,8 +38,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/controller/runner"
-	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 )
 
 // Name is the controller's name in logs; each kind's queue is named

@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/controller/runner"
-	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 )
 
 const operatorNamespace = "netop-system"

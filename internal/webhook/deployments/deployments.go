@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netop-dev/netop/internal/controller/deploynet"
-	"github.com/netop-dev/netop/internal/envoy"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netop-dev/netop/internal/netselect"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
@@ -26,7 +26,7 @@ func TestAdmit(t *testing.T) {
 	_ = indexer.Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns",
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owned, appsv1.SchemeGroupVersion.WithKind("Deployment"))}}})
 	a := &Attacher{Networks: samplecrdlisters.NewNetworkLister(indexer)}
-	auto := map[string]string{samplecrdv1.DeploymentNetworkAnnotation: samplecrdv1.DeploymentNetworkAuto}
+	auto := map[string]string{samplecrd.DeploymentNetworkAnnotation: samplecrd.DeploymentNetworkAuto}
 
 	for _, tc := range []struct {
 		name        string
@@ -40,12 +40,12 @@ func TestAdmit(t *testing.T) {
 	}{
 		{name: "web", op: admissionv1.Create, annotations: auto, want: "web"},
 		{name: "web", op: admissionv1.Create, annotations: auto, template: map[string]string{"x": "y"}, want: "web"},
-		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrdv1.DeploymentNetworkCIDRAnnotation: "10.1.0.0/24"},
+		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrd.DeploymentNetworkCIDRAnnotation: "10.1.0.0/24"},
 			template: map[string]string{netselect.NetworksAnnotation: `[{"name":"other"}]`}, want: `[{"name":"other"},{"name":"web","namespace":"ns"}]`},
 		{name: "web", op: admissionv1.Update, annotations: auto, template: map[string]string{netselect.NetworksAnnotation: "other,web"}, want: "other,web"},
 		{name: "web", op: admissionv1.Create, want: ""},
-		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrdv1.DeploymentNetworkAnnotation: "yes"}, denied: samplecrdv1.DeploymentNetworkAnnotation},
-		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrdv1.DeploymentNetworkCIDRAnnotation: "ten"}, denied: samplecrdv1.DeploymentNetworkCIDRAnnotation},
+		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrd.DeploymentNetworkAnnotation: "yes"}, denied: samplecrd.DeploymentNetworkAnnotation},
+		{name: "web", op: admissionv1.Create, annotations: map[string]string{samplecrd.DeploymentNetworkCIDRAnnotation: "ten"}, denied: samplecrd.DeploymentNetworkCIDRAnnotation},
 		{name: "web", op: admissionv1.Create, annotations: auto, template: map[string]string{netselect.NetworksAnnotation: "bad name!"}, denied: "spec.template.metadata.annotations"},
 		{name: "taken", op: admissionv1.Create, annotations: auto, denied: "is not this Deployment's"},
 		// A Deployment of this name was deleted; its Network is not

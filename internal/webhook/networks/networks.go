@@ -24,6 +24,7 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -248,11 +249,11 @@ func (a *Admission) Default(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 		ops = append(ops, gatewayOps...)
 	}
-	if req.Operation == admissionv1.Create && n.DeletionTimestamp == nil && !slices.Contains(n.Finalizers, samplecrdv1.Finalizer) {
+	if req.Operation == admissionv1.Create && n.DeletionTimestamp == nil && !slices.Contains(n.Finalizers, samplecrd.Finalizer) {
 		if len(n.Finalizers) == 0 {
-			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{samplecrdv1.Finalizer}))
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{samplecrd.Finalizer}))
 		} else {
-			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", samplecrdv1.Finalizer))
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", samplecrd.Finalizer))
 		}
 	}
 	return webhook.Patched(ops)

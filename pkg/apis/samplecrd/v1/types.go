@@ -2,6 +2,8 @@ package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
 // +genclient
@@ -179,32 +181,22 @@ type NetworkBackendStatus struct {
 	SubnetID string `json:"subnetID,omitempty"`
 }
 
-// Condition types and reasons of a Network.
+// Condition types and reasons of a Network: the hub's, which every
+// version shares.
 const (
-	// ConditionReady is True when the backend network matches the spec.
-	ConditionReady = "Ready"
-
-	// ReasonProvisioned: the backend network exists and matches the spec.
-	ReasonProvisioned = "Provisioned"
-	// ReasonBackendError: the backend failed; netop retries with backoff.
-	ReasonBackendError = "BackendError"
-	// ReasonInvalid: the spec cannot be realised; netop waits for a change.
-	ReasonInvalid = "Invalid"
-	// ReasonInUse: the Network is being deleted and waits for the pods
-	// that hold its addresses to go.
-	ReasonInUse = "InUse"
-	// ReasonDeleting: the Network is being deleted and its backend network removed.
-	ReasonDeleting = "Deleting"
-	// ReasonNodesNotReady: the network is not yet ready on every node
-	// that runs netop's agent; the message names the nodes that lag.
-	ReasonNodesNotReady = "NodesNotReady"
-	// ReasonOverlap: the cidr overlaps an older Network, which is the one
-	// built; this one has no backend network until that one goes or moves.
-	ReasonOverlap = "Overlap"
+	ConditionReady      = samplecrd.ConditionReady
+	ReasonProvisioned   = samplecrd.ReasonProvisioned
+	ReasonBackendError  = samplecrd.ReasonBackendError
+	ReasonInvalid       = samplecrd.ReasonInvalid
+	ReasonInUse         = samplecrd.ReasonInUse
+	ReasonDeleting      = samplecrd.ReasonDeleting
+	ReasonNodesNotReady = samplecrd.ReasonNodesNotReady
+	ReasonOverlap       = samplecrd.ReasonOverlap
 )
 
-// Finalizer keeps a Network until netop has removed its backend network.
-const Finalizer = "samplecrd.k8s.io/network-cleanup"
+// Finalizer keeps a Network until netop has removed its backend network
+// (the hub's).
+const Finalizer = samplecrd.Finalizer
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
@@ -218,14 +210,10 @@ type NetworkList struct {
 	Items []Network `json:"items"`
 }
 
-// Annotations of a Deployment that asks for a Network of its own: a
-// Network of the Deployment's name, owned by it, that its pods join.
+// Annotations of a Deployment that asks for a Network of its own (the
+// hub's).
 const (
-	// DeploymentNetworkAnnotation set to DeploymentNetworkAuto gives the
-	// Deployment a Network with a cidr from netop's pool.
-	DeploymentNetworkAnnotation = GroupName + "/network"
-	DeploymentNetworkAuto       = "auto"
-	// DeploymentNetworkCIDRAnnotation gives the Deployment a Network of
-	// this cidr.
-	DeploymentNetworkCIDRAnnotation = GroupName + "/network-cidr"
+	DeploymentNetworkAnnotation     = samplecrd.DeploymentNetworkAnnotation
+	DeploymentNetworkAuto           = samplecrd.DeploymentNetworkAuto
+	DeploymentNetworkCIDRAnnotation = samplecrd.DeploymentNetworkCIDRAnnotation
 )

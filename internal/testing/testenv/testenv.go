@@ -39,11 +39,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/controlplane"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/conversion"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -308,7 +309,7 @@ func (e *Env) WaitReady(t testing.TB, namespace, name string, status metav1.Cond
 			return false, err.Error()
 		}
 		got = n
-		c := meta.FindStatusCondition(n.Status.Conditions, samplecrdv1.ConditionReady)
+		c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
 		if c == nil || n.Status.ObservedGeneration != n.Generation {
 			return false, fmt.Sprintf("%s: status %+v, generation %d", name, n.Status, n.Generation)
 		}
@@ -333,7 +334,7 @@ func BackendMatches(ctx context.Context, list func(context.Context) (*samplecrdv
 	converged := true
 	for _, n := range nets.Items {
 		if n.DeletionTimestamp != nil || n.Status.Backend == nil || n.Status.ObservedGeneration != n.Generation ||
-			!meta.IsStatusConditionTrue(n.Status.Conditions, samplecrdv1.ConditionReady) {
+			!meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady) {
 			converged = false
 		}
 		want = append(want, string(n.UID))

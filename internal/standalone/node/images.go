@@ -21,7 +21,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/netop-dev/netop/internal/image"
+	"github.com/netop-dev/netop/internal/standalone/image"
 )
 
 // PauseImage is the sandbox image containerd runs for every pod, as the

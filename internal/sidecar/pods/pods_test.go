@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
-	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 )
 
 // injector serves the example template of the tutorial.

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/netop-dev/netop/internal/envoy"
+	"github.com/netop-dev/netop/internal/sidecar/envoy"
 )
 
 const sidecar = "containers:\n- name: envoy\n  image: envoy\n  ports: [{containerPort: 80}]\nvolumes:\n- name: envoy-conf\n  emptyDir: {}\n"
