@@ -1,6 +1,9 @@
 // Package backend defines what the Network controller needs from a provider
 // of real networks (a Linux bridge, a Neutron network), so that the
-// controller's logic is the same whatever provides the network.
+// controller's logic is the same whatever provides the network. It speaks
+// no Kubernetes API: a backend gets a Network as netip families and an
+// owner, and answers with a Ref, which the controller records in the
+// Network's status; depguard keeps pkg/apis out of every backend.
 //
 // A backend records on everything it creates which Network owns it (by UID),
 // so that after a crash netop adopts what it made instead of making it
@@ -16,8 +19,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // ErrInvalid is wrapped by Ensure errors that no retry can fix: the backend
@@ -78,47 +79,34 @@ type Family struct {
 // Network is the desired state of one backend network.
 type Network struct {
 	Owner
-	// CIDR and Gateway are the primary family's.
-	CIDR netip.Prefix
-	// Gateway lies inside CIDR.
-	Gateway netip.Addr
-	// Secondary is the other IP family of a dual-stack network; zero for a
-	// network of one family.
-	Secondary Family
+	// Families are its addresses, the primary family first: one family,
+	// or one IPv4 and one IPv6 (dual-stack).
+	Families []Family
 	// VNI, if not 0, joins the network's parts on several nodes into one
 	// segment (the linux backend's overlay).
 	VNI uint32
 }
 
-// Families are the network's families, the primary first.
-func (n Network) Families() []Family {
-	families := []Family{{CIDR: n.CIDR, Gateway: n.Gateway}}
-	if n.Secondary.CIDR.IsValid() {
-		families = append(families, n.Secondary)
-	}
-	return families
-}
-
-// Validate checks what every backend relies on: an owner UID, valid and
-// canonical CIDRs that are not IPv4-mapped IPv6, each with its gateway
-// inside, and a secondary family, if any, of the other IP version. The
-// controller resolves specs with netspec, so an error here is a bug in the
-// caller, not a user's mistake. Backends check the UID's form themselves,
-// since what they can record differs.
+// Validate checks what every backend relies on: an owner UID, one or two
+// families with valid and canonical CIDRs that are not IPv4-mapped IPv6,
+// each with its gateway inside, and two families only of the two IP
+// versions. The controller resolves specs with netspec, so an error here
+// is a bug in the caller, not a user's mistake. Backends check the UID's
+// form themselves, since what they can record differs.
 func (n Network) Validate() error {
 	if n.UID == "" {
 		return errors.New("missing owner UID")
 	}
-	for _, f := range n.Families() {
+	if len(n.Families) == 0 || len(n.Families) > 2 {
+		return fmt.Errorf("%d address families: a network has one, or one IPv4 and one IPv6", len(n.Families))
+	}
+	for _, f := range n.Families {
 		if err := f.validate(); err != nil {
 			return err
 		}
 	}
-	if n.Secondary.CIDR.IsValid() && n.Secondary.CIDR.Addr().Is4() == n.CIDR.Addr().Is4() {
-		return fmt.Errorf("CIDRs %s and %s are of one IP family: a dual-stack network has one IPv4 and one IPv6", n.CIDR, n.Secondary.CIDR)
-	}
-	if !n.Secondary.CIDR.IsValid() && n.Secondary.Gateway.IsValid() {
-		return fmt.Errorf("secondary gateway %s without a CIDR", n.Secondary.Gateway)
+	if len(n.Families) == 2 && n.Families[0].CIDR.Addr().Is4() == n.Families[1].CIDR.Addr().Is4() {
+		return fmt.Errorf("CIDRs %s and %s are of one IP family: a dual-stack network has one IPv4 and one IPv6", n.Families[0].CIDR, n.Families[1].CIDR)
 	}
 	return nil
 }
@@ -139,11 +127,32 @@ func (f Family) validate() error {
 	return nil
 }
 
+// Type names a kind of backend; a Network's status.backend.type records it.
+type Type string
+
+// The backends netop has.
+const (
+	// TypeLinux is a Linux bridge per node (package linux).
+	TypeLinux Type = "linux"
+	// TypeNeutron is an OpenStack Neutron network (package neutron).
+	TypeNeutron Type = "neutron"
+)
+
+// Ref identifies a backend network that a backend made, as the Network's
+// status.backend records it: a bridge by its interface, a Neutron network
+// by its ID and its subnets', one per family.
+type Ref struct {
+	Type      Type
+	Interface string
+	NetworkID string
+	SubnetIDs []string
+}
+
 // Observed is one backend network that netop made, as the backend sees it.
 type Observed struct {
 	Owner
 	// Status identifies it, as status.backend records it.
-	Status samplecrdv2.NetworkBackendStatus
+	Status Ref
 	// Families are what it provides now, one per IP family, in no
 	// particular order. They are nil when it is incomplete or ambiguous (a
 	// bridge with no address, or several of one family; a Neutron network
@@ -155,11 +164,10 @@ type Observed struct {
 
 // Provides reports whether o provides exactly the families of want.
 func (o Observed) Provides(want Network) bool {
-	families := want.Families()
-	if len(o.Families) != len(families) {
+	if len(o.Families) != len(want.Families) {
 		return false
 	}
-	for _, f := range families {
+	for _, f := range want.Families {
 		if !slices.Contains(o.Families, f) {
 			return false
 		}
@@ -179,7 +187,7 @@ func (o Observed) Prefixes() []netip.Prefix {
 // SameStatus reports whether two records of a backend network name the
 // same network: the subnets in any order, since a backend lists them in
 // its own.
-func SameStatus(a, b *samplecrdv2.NetworkBackendStatus) bool {
+func SameStatus(a, b *Ref) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -209,7 +217,7 @@ const (
 // Result is the outcome of Ensure.
 type Result struct {
 	// Status identifies the backend network; it goes into status.backend.
-	Status samplecrdv2.NetworkBackendStatus
+	Status Ref
 	Action Action
 }
 
@@ -221,15 +229,15 @@ type Result struct {
 // but uses it to find what it made.
 type Backend interface {
 	// Type is the value of status.backend.type for this backend.
-	Type() samplecrdv2.BackendType
+	Type() Type
 
 	// Ensure converges the backend network of want.Owner to want, creating
 	// it if it is missing, and reports what it did.
-	Ensure(ctx context.Context, want Network, recorded *samplecrdv2.NetworkBackendStatus) (Result, error)
+	Ensure(ctx context.Context, want Network, recorded *Ref) (Result, error)
 
 	// Delete removes the backend network of owner. A network that is
 	// already gone is not an error.
-	Delete(ctx context.Context, owner Owner, recorded *samplecrdv2.NetworkBackendStatus) error
+	Delete(ctx context.Context, owner Owner, recorded *Ref) error
 
 	// ListOwned lists every backend network that netop made, with what it
 	// provides now, in one pass: the resync diffs it against the Networks

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,15 +69,14 @@ func TestOwnerClaims(t *testing.T) {
 
 func TestNetworkValidate(t *testing.T) {
 	good := Network{
-		Owner:   Owner{Namespace: "ns", Name: "n", UID: "9ec99581-a593-4fcf-a774-4ded5666c744"},
-		CIDR:    netip.MustParsePrefix("10.1.0.0/16"),
-		Gateway: netip.MustParseAddr("10.1.0.1"),
+		Owner:    Owner{Namespace: "ns", Name: "n", UID: "9ec99581-a593-4fcf-a774-4ded5666c744"},
+		Families: []Family{{CIDR: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.1.0.1")}},
 	}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("Validate(%+v) = %v", good, err)
 	}
 	v6 := good
-	v6.CIDR, v6.Gateway = netip.MustParsePrefix("fd00:1::/64"), netip.MustParseAddr("fd00:1::1")
+	v6.Families = []Family{{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")}}
 	if err := v6.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v", v6, err)
 	}
@@ -85,22 +85,26 @@ func TestNetworkValidate(t *testing.T) {
 		errContains string
 	}{
 		"empty UID":          {func(n *Network) { n.UID = "" }, "missing owner UID"},
-		"zero CIDR":          {func(n *Network) { n.CIDR = netip.Prefix{} }, "invalid CIDR"},
-		"mapped IPv6 prefix": {func(n *Network) { n.CIDR = netip.MustParsePrefix("::ffff:10.1.0.0/112") }, "IPv4-mapped"},
-		"host bits":          {func(n *Network) { n.CIDR = netip.MustParsePrefix("10.1.2.0/16") }, "did you mean 10.1.0.0/16?"},
-		"zero gateway":       {func(n *Network) { n.Gateway = netip.Addr{} }, "is not an address in"},
-		"gateway outside":    {func(n *Network) { n.Gateway = netip.MustParseAddr("10.2.0.1") }, "gateway 10.2.0.1 is not an address in 10.1.0.0/16"},
-		"gateway of v6":      {func(n *Network) { n.Gateway = netip.MustParseAddr("fd00::1") }, "is not an address in"},
-		"mapped gateway":     {func(n *Network) { n.Gateway = netip.MustParseAddr("::ffff:10.1.0.1") }, "is not an address in"},
+		"zero CIDR":          {func(n *Network) { n.Families[0].CIDR = netip.Prefix{} }, "invalid CIDR"},
+		"mapped IPv6 prefix": {func(n *Network) { n.Families[0].CIDR = netip.MustParsePrefix("::ffff:10.1.0.0/112") }, "IPv4-mapped"},
+		"host bits":          {func(n *Network) { n.Families[0].CIDR = netip.MustParsePrefix("10.1.2.0/16") }, "did you mean 10.1.0.0/16?"},
+		"zero gateway":       {func(n *Network) { n.Families[0].Gateway = netip.Addr{} }, "is not an address in"},
+		"gateway outside":    {func(n *Network) { n.Families[0].Gateway = netip.MustParseAddr("10.2.0.1") }, "gateway 10.2.0.1 is not an address in 10.1.0.0/16"},
+		"gateway of v6":      {func(n *Network) { n.Families[0].Gateway = netip.MustParseAddr("fd00::1") }, "is not an address in"},
+		"mapped gateway":     {func(n *Network) { n.Families[0].Gateway = netip.MustParseAddr("::ffff:10.1.0.1") }, "is not an address in"},
 		"two IPv4 families": {func(n *Network) {
-			n.Secondary = Family{CIDR: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.2.0.1")}
+			n.Families = append(n.Families, Family{CIDR: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.2.0.1")})
 		}, "a dual-stack network has one IPv4 and one IPv6"},
 		"secondary gateway outside": {func(n *Network) {
-			n.Secondary = Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:2::1")}
+			n.Families = append(n.Families, Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:2::1")})
 		}, "gateway fd00:2::1 is not an address in fd00:1::/64"},
-		"secondary gateway alone": {func(n *Network) { n.Secondary.Gateway = netip.MustParseAddr("fd00:1::1") }, "secondary gateway fd00:1::1 without a CIDR"},
+		"no family": {func(n *Network) { n.Families = nil }, "0 address families"},
+		"three families": {func(n *Network) {
+			n.Families = append(n.Families, Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")}, n.Families[0])
+		}, "3 address families"},
 	} {
 		n := good
+		n.Families = slices.Clone(good.Families)
 		tc.mutate(&n)
 		if err := n.Validate(); err == nil || !strings.Contains(err.Error(), tc.errContains) {
 			t.Errorf("%s: Validate = %v, want an error containing %q", name, err, tc.errContains)
@@ -113,8 +117,8 @@ func TestNetworkValidate(t *testing.T) {
 func TestObservedProvides(t *testing.T) {
 	v4 := Family{CIDR: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.1.0.1")}
 	v6 := Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")}
-	dual := Network{CIDR: v4.CIDR, Gateway: v4.Gateway, Secondary: v6}
-	single := Network{CIDR: v4.CIDR, Gateway: v4.Gateway}
+	dual := Network{Families: []Family{v4, v6}}
+	single := Network{Families: []Family{v4}}
 	for _, tc := range []struct {
 		families []Family
 		want     Network
@@ -129,7 +133,7 @@ func TestObservedProvides(t *testing.T) {
 		{[]Family{{CIDR: v4.CIDR, Gateway: netip.MustParseAddr("10.1.0.2")}}, single, false},
 	} {
 		if got := (Observed{Families: tc.families}).Provides(tc.want); got != tc.provides {
-			t.Errorf("%+v provides %+v: %v, want %v", tc.families, tc.want.Families(), got, tc.provides)
+			t.Errorf("%+v provides %+v: %v, want %v", tc.families, tc.want.Families, got, tc.provides)
 		}
 	}
 }

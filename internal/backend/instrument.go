@@ -3,8 +3,6 @@ package backend
 import (
 	"context"
 	"time"
-
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Operations an Observer is told of.
@@ -38,16 +36,16 @@ type instrumentedWatcher struct {
 	DriftWatcher
 }
 
-func (i instrumented) Type() samplecrdv2.BackendType { return i.b.Type() }
+func (i instrumented) Type() Type { return i.b.Type() }
 
-func (i instrumented) Ensure(ctx context.Context, want Network, recorded *samplecrdv2.NetworkBackendStatus) (Result, error) {
+func (i instrumented) Ensure(ctx context.Context, want Network, recorded *Ref) (Result, error) {
 	start := time.Now()
 	res, err := i.b.Ensure(ctx, want, recorded)
 	i.observe(OperationEnsure, time.Since(start), err)
 	return res, err
 }
 
-func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *samplecrdv2.NetworkBackendStatus) error {
+func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *Ref) error {
 	start := time.Now()
 	err := i.b.Delete(ctx, owner, recorded)
 	i.observe(OperationDelete, time.Since(start), err)

@@ -227,8 +227,8 @@ func TestNeutronDriftAndOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan, err := h.backend.Ensure(context.Background(), backend.Network{
-		Owner: backend.Owner{Cluster: string(kubeSystem.UID), Namespace: h.ns, Name: "never-existed", UID: types.UID("0badc0de-0000-4000-8000-" + randomHex(6))},
-		CIDR:  mustPrefix("10.99.0.0/24"), Gateway: mustAddr("10.99.0.1"),
+		Owner:    backend.Owner{Cluster: string(kubeSystem.UID), Namespace: h.ns, Name: "never-existed", UID: types.UID("0badc0de-0000-4000-8000-" + randomHex(6))},
+		Families: []backend.Family{{CIDR: mustPrefix("10.99.0.0/24"), Gateway: mustAddr("10.99.0.1")}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

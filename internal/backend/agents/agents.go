@@ -10,7 +10,6 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Backend stands for the bridges of the node agents.
@@ -19,19 +18,19 @@ type Backend struct{}
 var _ backend.Backend = Backend{}
 
 // Type is linux: the agents make Linux bridges.
-func (Backend) Type() samplecrdv2.BackendType { return samplecrdv2.BackendLinux }
+func (Backend) Type() backend.Type { return backend.TypeLinux }
 
 // Ensure names the bridge the agents make for want; they make it.
-func (Backend) Ensure(_ context.Context, want backend.Network, _ *samplecrdv2.NetworkBackendStatus) (backend.Result, error) {
+func (Backend) Ensure(_ context.Context, want backend.Network, _ *backend.Ref) (backend.Result, error) {
 	if err := want.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	return backend.Result{Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: linux.BridgeName(want.UID)}}, nil
+	return backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: linux.BridgeName(want.UID)}}, nil
 }
 
 // Delete does nothing: each agent removes its bridge once the Network is
 // gone.
-func (Backend) Delete(context.Context, backend.Owner, *samplecrdv2.NetworkBackendStatus) error {
+func (Backend) Delete(context.Context, backend.Owner, *backend.Ref) error {
 	return nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // ErrForeign is wrapped by errors about an interface that has a bridge's
@@ -99,7 +98,7 @@ func ParseAlias(alias string) (backend.Owner, bool) {
 
 // Ensure converges the bridge of want.Owner. The bridge is found by its
 // derived name, so recorded is not needed.
-func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrdv2.NetworkBackendStatus) (backend.Result, error) {
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.Ref) (backend.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return backend.Result{}, err
 	}
@@ -111,7 +110,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *samplecrd
 	}
 	name := BridgeName(want.UID)
 	logger := klog.FromContext(ctx).WithValues("bridge", name, "netns", b.netnsName)
-	res := backend.Result{Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: name}}
+	res := backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: name}}
 
 	link, err := b.nl.LinkByName(name)
 	if isLinkNotFound(err) {
@@ -215,7 +214,7 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		logger.Info("Marked bridge as owned", "oldAlias", attrs.Alias, "alias", wantAlias)
 	}
 
-	families := want.Families()
+	families := want.Families
 	ipv6 := slices.ContainsFunc(families, func(f backend.Family) bool { return f.Gateway.Is6() })
 	if attrs.Flags&net.FlagUp == 0 {
 		if err := b.setUp(logger, link, ipv6); err != nil {
@@ -388,7 +387,7 @@ func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
 // one with the derived name, if they differ, and only if they are owner's.
 // An interface that is not owner's is left alone and not an error, since
 // owner's network is gone either way.
-func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) error {
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *backend.Ref) error {
 	if !validUID(owner.UID) {
 		return fmt.Errorf("invalid UID %q", owner.UID)
 	}
@@ -474,7 +473,7 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 		if !ok {
 			continue
 		}
-		obs := backend.Observed{Owner: o, Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: l.Attrs().Name}}
+		obs := backend.Observed{Owner: o, Status: backend.Ref{Type: backend.TypeLinux, Interface: l.Attrs().Name}}
 		if vx, ok := vxlans[VXLANName(o.UID)]; ok && vx.MasterIndex == l.Attrs().Index && vx.Flags&net.FlagUp != 0 {
 			obs.VNI = uint32(vx.VxlanId)
 		}

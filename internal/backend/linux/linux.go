@@ -22,7 +22,6 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/capability"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var (
@@ -134,8 +133,8 @@ func (b *Backend) Close() {
 	})
 }
 
-// Type is samplecrdv2.BackendLinux.
-func (b *Backend) Type() samplecrdv2.BackendType { return samplecrdv2.BackendLinux }
+// Type is backend.TypeLinux.
+func (b *Backend) Type() backend.Type { return backend.TypeLinux }
 
 func checkNetAdmin() error {
 	has, err := capability.Has(capability.NetAdmin)

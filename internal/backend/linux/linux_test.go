@@ -27,7 +27,6 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/testing/nettest"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // eventTimeout bounds waits for netlink notifications, which normally
@@ -88,22 +87,37 @@ func newUID(t testing.TB) types.UID {
 
 func network(t testing.TB, name, cidr, gw string) backend.Network {
 	return backend.Network{
-		Owner:   backend.Owner{Namespace: "default", Name: name, UID: newUID(t)},
-		CIDR:    netip.MustParsePrefix(cidr).Masked(),
-		Gateway: netip.MustParseAddr(gw),
+		Owner:    backend.Owner{Namespace: "default", Name: name, UID: newUID(t)},
+		Families: []backend.Family{{CIDR: netip.MustParsePrefix(cidr).Masked(), Gateway: netip.MustParseAddr(gw)}},
 	}
+}
+
+// withFamily is n with family i (0 the primary) set to f, or removed when
+// f is zero; n's own families are left alone.
+func withFamily(n backend.Network, i int, f backend.Family) backend.Network {
+	families := slices.Clone(n.Families)
+	switch {
+	case !f.CIDR.IsValid():
+		families = families[:i]
+	case i == len(families):
+		families = append(families, f)
+	default:
+		families[i] = f
+	}
+	n.Families = families
+	return n
 }
 
 func (e *testEnv) ensure(t *testing.T, want backend.Network, wantAction backend.Action) {
 	t.Helper()
 	res, err := e.b.Ensure(testContext(t), want, nil)
 	if err != nil {
-		t.Fatalf("Ensure(%s, %s gw %s): %v", want.Name, want.CIDR, want.Gateway, err)
+		t.Fatalf("Ensure(%s, %v): %v", want.Name, want.Families, err)
 	}
 	if res.Action != wantAction {
-		t.Errorf("Ensure(%s, %s gw %s) action = %q, want %q", want.Name, want.CIDR, want.Gateway, res.Action, wantAction)
+		t.Errorf("Ensure(%s, %v) action = %q, want %q", want.Name, want.Families, res.Action, wantAction)
 	}
-	wantStatus := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(want.UID)}
+	wantStatus := backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(want.UID)}
 	if !backend.SameStatus(&res.Status, &wantStatus) {
 		t.Errorf("status = %+v, want %+v", res.Status, wantStatus)
 	}
@@ -127,7 +141,7 @@ func (e *testEnv) checkBridge(t *testing.T, want backend.Network) {
 		t.Errorf("%s is not up", name)
 	}
 	var wantAddrs []string
-	for _, f := range want.Families() {
+	for _, f := range want.Families {
 		wantAddrs = append(wantAddrs, netip.PrefixFrom(f.Gateway, f.CIDR.Bits()).String())
 	}
 	got := e.addresses(t, link)
@@ -319,14 +333,13 @@ func TestEnsureUpdatesAddress(t *testing.T) {
 	// The tutorial's change: cidr 192.168.1.0/16, canonically
 	// 192.168.0.0/16, with gateway 192.168.1.1, a secondary address of the
 	// same subnet as the old one.
-	want.CIDR = netip.MustParsePrefix("192.168.1.0/16").Masked()
-	want.Gateway = netip.MustParseAddr("192.168.1.1")
+	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("192.168.1.0/16").Masked(), Gateway: netip.MustParseAddr("192.168.1.1")})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 	e.ensure(t, want, backend.ActionNone)
 
 	// Same gateway, other prefix length.
-	want.CIDR = netip.MustParsePrefix("192.168.1.0/24")
+	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("192.168.1.0/24"), Gateway: want.Families[0].Gateway})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 	e.ensure(t, want, backend.ActionNone)
@@ -347,8 +360,7 @@ func TestEnsureUpdatesAddress(t *testing.T) {
 	e.checkBridge(t, want)
 
 	// Family change: the bridge, made with IPv6 off, gets it back.
-	want.CIDR = netip.MustParsePrefix("fd00:1::/64")
-	want.Gateway = netip.MustParseAddr("fd00:1::1")
+	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 	if got := e.ipv6Disabled(t, BridgeName(want.UID)); got != "0" {
@@ -391,12 +403,11 @@ func TestEnsureIPv6(t *testing.T) {
 	e.ensure(t, want, backend.ActionNone)
 
 	// Same address, other prefix length: IPv6 cannot have both.
-	want.CIDR = netip.MustParsePrefix("2001:db8::/32")
+	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("2001:db8::/32"), Gateway: want.Families[0].Gateway})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 
-	want.CIDR = netip.MustParsePrefix("2001:db8:2::/64")
-	want.Gateway = netip.MustParseAddr("2001:db8:2::fe")
+	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("2001:db8:2::/64"), Gateway: netip.MustParseAddr("2001:db8:2::fe")})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
 	e.ensure(t, want, backend.ActionNone)
@@ -537,15 +548,16 @@ func TestEnsureRejectsInvalidInput(t *testing.T) {
 		"empty UID":          func(n *backend.Network) { n.UID = "" },
 		"short UID":          func(n *backend.Network) { n.UID = "abc" },
 		"UID with slash":     func(n *backend.Network) { n.UID = "0123456789/abcdef" },
-		"zero CIDR":          func(n *backend.Network) { n.CIDR = netip.Prefix{} },
-		"zero gateway":       func(n *backend.Network) { n.Gateway = netip.Addr{} },
-		"gateway outside":    func(n *backend.Network) { n.Gateway = netip.MustParseAddr("10.2.0.1") },
-		"gateway of v6":      func(n *backend.Network) { n.Gateway = netip.MustParseAddr("fd00::1") },
-		"mapped gateway":     func(n *backend.Network) { n.Gateway = netip.MustParseAddr("::ffff:10.1.0.1") },
-		"mapped IPv6 prefix": func(n *backend.Network) { n.CIDR = netip.MustParsePrefix("::ffff:10.1.0.0/112") },
+		"zero CIDR":          func(n *backend.Network) { n.Families[0].CIDR = netip.Prefix{} },
+		"zero gateway":       func(n *backend.Network) { n.Families[0].Gateway = netip.Addr{} },
+		"gateway outside":    func(n *backend.Network) { n.Families[0].Gateway = netip.MustParseAddr("10.2.0.1") },
+		"gateway of v6":      func(n *backend.Network) { n.Families[0].Gateway = netip.MustParseAddr("fd00::1") },
+		"mapped gateway":     func(n *backend.Network) { n.Families[0].Gateway = netip.MustParseAddr("::ffff:10.1.0.1") },
+		"mapped IPv6 prefix": func(n *backend.Network) { n.Families[0].CIDR = netip.MustParsePrefix("::ffff:10.1.0.0/112") },
 	}
 	for name, mutate := range tests {
 		n := good
+		n.Families = slices.Clone(good.Families)
 		mutate(&n)
 		if _, err := e.b.Ensure(testContext(t), n, nil); err == nil {
 			t.Errorf("%s: Ensure succeeded", name)
@@ -586,7 +598,7 @@ func TestDelete(t *testing.T) {
 	// A recorded interface that is not ours, such as one written into the
 	// status by hand, is never deleted.
 	e.addNonBridge(t, "eth-lab", "")
-	recorded := &samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: "eth-lab"}
+	recorded := &backend.Ref{Type: backend.TypeLinux, Interface: "eth-lab"}
 	if err := e.b.Delete(ctx, want.Owner, recorded); err != nil {
 		t.Errorf("Delete of foreign recorded interface: %v", err)
 	}
@@ -612,8 +624,8 @@ func TestListOwned(t *testing.T) {
 		t.Fatal(err)
 	}
 	observed := func(n backend.Network) backend.Observed {
-		return backend.Observed{Owner: n.Owner, Families: n.Families(),
-			Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(n.UID)}}
+		return backend.Observed{Owner: n.Owner, Families: n.Families,
+			Status: backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(n.UID)}}
 	}
 	key := func(o backend.Observed) string { return string(o.UID) }
 	slices.SortFunc(got, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
@@ -659,8 +671,8 @@ func TestListOwnedIPv4LinkLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantObs := backend.Observed{Owner: want.Owner, Families: want.Families(),
-		Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: BridgeName(want.UID)}}
+	wantObs := backend.Observed{Owner: want.Owner, Families: want.Families,
+		Status: backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(want.UID)}}
 	if !reflect.DeepEqual(got, []backend.Observed{wantObs}) {
 		t.Errorf("ListOwned = %+v, want [%+v]", got, wantObs)
 	}
@@ -1189,7 +1201,7 @@ func BenchmarkEnsureUpdate(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		want.Gateway = gateways[i%2]
+		want.Families[0].Gateway = gateways[i%2]
 		res, err := e.b.Ensure(ctx, want, nil)
 		if err != nil || res.Action != backend.ActionUpdated {
 			b.Fatalf("Ensure = %v, %v", res.Action, err)
@@ -1210,7 +1222,7 @@ func TestDualStackBridge(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := testContext(t)
 	want := network(t, "dual", "10.61.0.0/24", "10.61.0.1")
-	want.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:61::/64"), Gateway: netip.MustParseAddr("fd00:61::1")}
+	want = withFamily(want, 1, backend.Family{CIDR: netip.MustParsePrefix("fd00:61::/64"), Gateway: netip.MustParseAddr("fd00:61::1")})
 	e.ensure(t, want, backend.ActionCreated)
 	e.checkBridge(t, want)
 	e.ensure(t, want, backend.ActionNone)
@@ -1234,19 +1246,17 @@ func TestDualStackBridge(t *testing.T) {
 
 	// IPv6 first, as a v2 spec may put it, is the same network.
 	swapped := want
-	swapped.CIDR, swapped.Gateway, swapped.Secondary = want.Secondary.CIDR, want.Secondary.Gateway, backend.Family{CIDR: want.CIDR, Gateway: want.Gateway}
+	swapped.Families = []backend.Family{want.Families[1], want.Families[0]}
 	e.ensure(t, swapped, backend.ActionNone)
 
-	single := want
-	single.Secondary = backend.Family{}
+	single := withFamily(want, 1, backend.Family{})
 	e.ensure(t, single, backend.ActionUpdated)
 	e.checkBridge(t, single)
 	if o := listed(); !o.Provides(single) || o.Provides(want) {
 		t.Errorf("after removing IPv6, listed with %+v", o.Families)
 	}
 
-	moved := want
-	moved.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:62::/64"), Gateway: netip.MustParseAddr("fd00:62::9")}
+	moved := withFamily(want, 1, backend.Family{CIDR: netip.MustParsePrefix("fd00:62::/64"), Gateway: netip.MustParseAddr("fd00:62::9")})
 	e.ensure(t, moved, backend.ActionUpdated)
 	e.checkBridge(t, moved)
 
@@ -1265,8 +1275,7 @@ func TestDualStackBridge(t *testing.T) {
 	e.ensure(t, moved, backend.ActionUpdated)
 	e.checkBridge(t, moved)
 
-	sameFamily := want
-	sameFamily.Secondary = backend.Family{CIDR: netip.MustParsePrefix("10.62.0.0/24"), Gateway: netip.MustParseAddr("10.62.0.1")}
+	sameFamily := withFamily(want, 1, backend.Family{CIDR: netip.MustParsePrefix("10.62.0.0/24"), Gateway: netip.MustParseAddr("10.62.0.1")})
 	if _, err := e.b.Ensure(ctx, sameFamily, nil); err == nil || !strings.Contains(err.Error(), "one IPv4 and one IPv6") {
 		t.Errorf("two IPv4 families: %v, want refused", err)
 	}

@@ -13,14 +13,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Ensure converges the network of want.Owner. When recorded names a network
 // that is still owner's, a network that matches costs two requests: the
 // network and its subnets.
-func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv2.NetworkBackendStatus) (backend.Result, error) {
-	res := backend.Result{Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron}}
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *backend.Ref) (backend.Result, error) {
+	res := backend.Result{Status: backend.Ref{Type: backend.TypeNeutron}}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -81,7 +80,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 // findNetwork returns owner's network: the recorded one if it is still
 // owner's, else the one its tags or description say is owner's (made by a
 // netop that died before recording it), else nil.
-func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) (*networks.Network, error) {
+func (b *Backend) findNetwork(ctx context.Context, logger klog.Logger, owner backend.Owner, recorded *backend.Ref) (*networks.Network, error) {
 	if recorded != nil && recorded.NetworkID != "" {
 		n, err := networks.Get(ctx, b.client, recorded.NetworkID).Extract()
 		switch {
@@ -174,7 +173,7 @@ func (b *Backend) createNetwork(ctx context.Context, owner backend.Owner) (*netw
 // families, and whether anything changed. Of several subnets of one
 // family's CIDR, a recorded one is kept.
 func (b *Backend) convergeSubnets(ctx context.Context, logger klog.Logger, want backend.Network, netID string, subs []subnets.Subnet, recorded []string) ([]string, bool, error) {
-	families := want.Families()
+	families := want.Families
 	keep := make([]*subnets.Subnet, len(families))
 	var others []*subnets.Subnet
 	for i := range subs {
@@ -313,7 +312,7 @@ func (b *Backend) replaceTags(ctx context.Context, kind, id string, tags []strin
 
 // Delete removes owner's network with its subnets: the recorded one and any
 // other that is owner's. A network that is not owner's is never deleted.
-func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) error {
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *backend.Ref) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -400,7 +399,7 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 		}
 		obs := backend.Observed{
 			Owner:  owner,
-			Status: samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: n.ID},
+			Status: backend.Ref{Type: backend.TypeNeutron, NetworkID: n.ID},
 		}
 		// A network without subnets, with several of one IP family, or
 		// with one untagged (which Ensure then tags) is left without

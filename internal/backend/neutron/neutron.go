@@ -39,7 +39,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -161,8 +160,8 @@ func noauthClient(endpoint string, httpClient http.Client) (*gophercloud.Service
 	}, nil
 }
 
-// Type is samplecrdv2.BackendNeutron.
-func (b *Backend) Type() samplecrdv2.BackendType { return samplecrdv2.BackendNeutron }
+// Type is backend.TypeNeutron.
+func (b *Backend) Type() backend.Type { return backend.TypeNeutron }
 
 // Endpoint is the URL of the Neutron API in use.
 func (b *Backend) Endpoint() string { return b.client.Endpoint }

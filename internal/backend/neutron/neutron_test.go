@@ -29,7 +29,6 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/testing/neutrontest"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestMain(m *testing.M) { os.Exit(neutrontest.Main(m)) }
@@ -112,7 +111,7 @@ func newFixtureOn(t testing.TB, srv *neutrontest.Server) *fixture {
 }
 
 func network(owner backend.Owner, cidr, gw string) backend.Network {
-	return backend.Network{Owner: owner, CIDR: netip.MustParsePrefix(cidr), Gateway: netip.MustParseAddr(gw)}
+	return backend.Network{Owner: owner, Families: []backend.Family{{CIDR: netip.MustParsePrefix(cidr), Gateway: netip.MustParseAddr(gw)}}}
 }
 
 // record is what Ensure records, comparable: the network and its subnets,
@@ -122,7 +121,7 @@ type record struct {
 	subnets             string
 }
 
-func statusRecord(s samplecrdv2.NetworkBackendStatus) record {
+func statusRecord(s backend.Ref) record {
 	r := record{NetworkID: s.NetworkID, subnets: strings.Join(s.SubnetIDs, ",")}
 	if len(s.SubnetIDs) > 0 {
 		r.SubnetID = s.SubnetIDs[0]
@@ -131,25 +130,25 @@ func statusRecord(s samplecrdv2.NetworkBackendStatus) record {
 }
 
 // status is r as status.backend holds it.
-func (r record) status() *samplecrdv2.NetworkBackendStatus {
-	s := &samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: r.NetworkID}
+func (r record) status() *backend.Ref {
+	s := &backend.Ref{Type: backend.TypeNeutron, NetworkID: r.NetworkID}
 	if r.subnets != "" {
 		s.SubnetIDs = strings.Split(r.subnets, ",")
 	}
 	return s
 }
 
-func (f *fixture) ensure(t testing.TB, want backend.Network, recorded *samplecrdv2.NetworkBackendStatus, action backend.Action) record {
+func (f *fixture) ensure(t testing.TB, want backend.Network, recorded *backend.Ref, action backend.Action) record {
 	t.Helper()
 	res, err := f.b.Ensure(testContext(t), want, recorded)
 	if err != nil {
-		t.Fatalf("Ensure(%s %s gw %s): %v\n%s", want.Name, want.CIDR, want.Gateway, err, f.srv.LogTail(20))
+		t.Fatalf("Ensure(%s %v): %v\n%s", want.Name, want.Families, err, f.srv.LogTail(20))
 	}
 	if res.Action != action {
-		t.Fatalf("Ensure(%s %s gw %s) action = %q, want %q", want.Name, want.CIDR, want.Gateway, res.Action, action)
+		t.Fatalf("Ensure(%s %v) action = %q, want %q", want.Name, want.Families, res.Action, action)
 	}
 	s := res.Status
-	if s.Type != samplecrdv2.BackendNeutron || s.NetworkID == "" || len(s.SubnetIDs) != len(want.Families()) || s.Interface != "" {
+	if s.Type != backend.TypeNeutron || s.NetworkID == "" || len(s.SubnetIDs) != len(want.Families) || s.Interface != "" {
 		t.Fatalf("Ensure status = %+v", s)
 	}
 	return statusRecord(s)
@@ -361,7 +360,7 @@ func TestAdoption(t *testing.T) {
 	}
 	t.Logf("adoption took %d requests", len(f.count.since(mark)))
 	// A stale recorded ID is no better than none.
-	stale := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: "2b0e0d5e-0000-4000-8000-000000000000"}
+	stale := backend.Ref{Type: backend.TypeNeutron, NetworkID: "2b0e0d5e-0000-4000-8000-000000000000"}
 	if again = f.ensure(t, want, &stale, backend.ActionNone); again != st {
 		t.Fatalf("with a stale ID: %+v, want %+v", again, st)
 	}
@@ -419,7 +418,7 @@ func TestNeverTouchesOthers(t *testing.T) {
 
 	ownerB := newOwner("b")
 	for _, recorded := range []string{a.NetworkID, foreign.ID} {
-		rec := samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendNeutron, NetworkID: recorded}
+		rec := backend.Ref{Type: backend.TypeNeutron, NetworkID: recorded}
 		b := f.ensure(t, network(ownerB, "10.70.0.0/24", "10.70.0.1"), &rec, backend.ActionCreated)
 		if b.NetworkID == recorded {
 			t.Fatalf("Ensure took over network %s", recorded)
@@ -522,7 +521,7 @@ func TestListOwnedRequestsAreConstant(t *testing.T) {
 				t.Errorf("ListOwned returned %+v, which is no test's", o)
 				continue
 			}
-			if o.Owner != w.Owner || !o.Provides(w) || o.Status.NetworkID == "" || len(o.Status.SubnetIDs) != 1 || o.Status.Type != samplecrdv2.BackendNeutron {
+			if o.Owner != w.Owner || !o.Provides(w) || o.Status.NetworkID == "" || len(o.Status.SubnetIDs) != 1 || o.Status.Type != backend.TypeNeutron {
 				t.Errorf("ListOwned: %+v, want %+v", o, w)
 			}
 		}
@@ -934,7 +933,7 @@ func TestDualStackSubnets(t *testing.T) {
 	f := newFixture(t)
 	ctx := testContext(t)
 	want := network(newOwner("dual"), "10.51.0.0/24", "10.51.0.1")
-	want.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:51::/64"), Gateway: netip.MustParseAddr("fd00:51::1")}
+	want.Families = append(want.Families, backend.Family{CIDR: netip.MustParsePrefix("fd00:51::/64"), Gateway: netip.MustParseAddr("fd00:51::1")})
 	st := f.ensure(t, want, nil, backend.ActionCreated)
 	f.checkSubnet(t, st.SubnetID, "10.51.0.0/24", "10.51.0.1", "10.51.0.2-10.51.0.254")
 	v6 := func() *subnets.Subnet {
@@ -962,7 +961,7 @@ func TestDualStackSubnets(t *testing.T) {
 	}
 
 	moved := want
-	moved.Secondary = backend.Family{CIDR: netip.MustParsePrefix("fd00:52::/64"), Gateway: netip.MustParseAddr("fd00:52::9")}
+	moved.Families = []backend.Family{want.Families[0], {CIDR: netip.MustParsePrefix("fd00:52::/64"), Gateway: netip.MustParseAddr("fd00:52::9")}}
 	if st2 := f.ensure(t, moved, st.status(), backend.ActionUpdated); st2.NetworkID != st.NetworkID || st2.SubnetID != st.SubnetID {
 		t.Errorf("moving the IPv6 family changed the primary's status: %+v -> %+v", st, st2)
 	}
@@ -982,7 +981,7 @@ func TestDualStackSubnets(t *testing.T) {
 	}
 
 	single := want
-	single.Secondary = backend.Family{}
+	single.Families = want.Families[:1]
 	f.ensure(t, single, st.status(), backend.ActionUpdated)
 	if s := v6(); s != nil {
 		t.Errorf("single-stack again, an IPv6 subnet is left: %+v", s)

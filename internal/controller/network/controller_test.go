@@ -287,9 +287,8 @@ func TestOrphanSwept(t *testing.T) {
 	}
 	orphan := func(uid types.UID, cluster, cidr, gateway string) string {
 		res, err := h.linux.Ensure(context.Background(), backend.Network{
-			Owner:   backend.Owner{Cluster: cluster, Namespace: h.ns, Name: "never-existed", UID: uid},
-			CIDR:    netip.MustParsePrefix(cidr),
-			Gateway: netip.MustParseAddr(gateway),
+			Owner:    backend.Owner{Cluster: cluster, Namespace: h.ns, Name: "never-existed", UID: uid},
+			Families: []backend.Family{{CIDR: netip.MustParsePrefix(cidr), Gateway: netip.MustParseAddr(gateway)}},
 		}, nil)
 		if err != nil {
 			t.Fatal(err)

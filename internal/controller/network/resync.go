@@ -92,7 +92,7 @@ func (c *Controller) inSync(n *samplecrdv2.Network, observed map[types.UID]backe
 		// The agents build; only the status is this controller's.
 		return n.Status.Backend != nil && n.Status.ObservedGeneration == n.Generation
 	}
-	return built && backend.SameStatus(n.Status.Backend, &o.Status)
+	return built && backend.SameStatus(backendRef(n.Status.Backend), &o.Status)
 }
 
 // liveNetworkExists asks the API server whether the owner still exists, for

@@ -96,7 +96,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 		n.Status.VNI = vni
 	}
-	res, err := c.backend.Ensure(ctx, want, n.Status.Backend)
+	res, err := c.backend.Ensure(ctx, want, backendRef(n.Status.Backend))
 	if errors.Is(err, backend.ErrInvalid) {
 		msg := err.Error()
 		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonInvalid, "Backend %s refuses the spec: %s", c.backend.Type(), msg)
@@ -129,15 +129,15 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	c.setAddresses(ctx, n)
 	n.Status.CIDRs, n.Status.Gateways = families.CIDRs(), families.Gateways()
 	ready, reason, msg := c.setNodes(n, fmt.Sprintf("%s network %s has %s", res.Status.Type, backendName(&res.Status), families))
-	return c.updateStatus(ctx, cached, n, ready, reason, msg, &res.Status)
+	return c.updateStatus(ctx, cached, n, ready, reason, msg, backendStatus(&res.Status))
 }
 
 // backendNetwork is the backend network of families, the first the
 // primary.
 func backendNetwork(owner backend.Owner, families netspec.Families) backend.Network {
-	want := backend.Network{Owner: owner, CIDR: families[0].Prefix, Gateway: families[0].Gateway}
-	if len(families) > 1 {
-		want.Secondary = backend.Family{CIDR: families[1].Prefix, Gateway: families[1].Gateway}
+	want := backend.Network{Owner: owner, Families: make([]backend.Family, 0, len(families))}
+	for _, f := range families {
+		want.Families = append(want.Families, backend.Family{CIDR: f.Prefix, Gateway: f.Gateway})
 	}
 	return want
 }
@@ -147,7 +147,7 @@ func backendNetwork(owner backend.Owner, families netspec.Families) backend.Netw
 // winner going or moving enqueues n again.
 func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, families netspec.Families, winner overlap.Entry) error {
 	if c.arbiter.Present(n.UID) || n.Status.Backend != nil {
-		if err := c.backend.Delete(ctx, c.owner(n), n.Status.Backend); err != nil {
+		if err := c.backend.Delete(ctx, c.owner(n), backendRef(n.Status.Backend)); err != nil {
 			c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Removing the backend network of an overlapping Network failed: %v", err)
 			return fmt.Errorf("removing the backend network of an overlapping Network: %w", err)
 		}
@@ -186,7 +186,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error
 		}
 	}
 	owner := c.owner(n)
-	if err := c.backend.Delete(ctx, owner, n.Status.Backend); err != nil {
+	if err := c.backend.Delete(ctx, owner, backendRef(n.Status.Backend)); err != nil {
 		c.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Deleting the backend network failed: %v", err)
 		cached := n.DeepCopy()
 		if statusErr := c.updateStatus(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonDeleting,
@@ -199,7 +199,7 @@ func (c *Controller) finalize(ctx context.Context, n *samplecrdv2.Network) error
 		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeDeleted).Inc()
 	}
 	c.enqueueEntries(c.arbiter.Release(n.UID))
-	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(n.Status.Backend))
+	c.eventf(n, corev1.EventTypeNormal, ReasonDeleted, "Deleted %s network %s", c.backend.Type(), backendName(backendRef(n.Status.Backend)))
 	klog.FromContext(ctx).Info("Backend network deleted")
 	_, err := c.patchFinalizers(ctx, n, slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrd.Finalizer }))
 	if apierrors.IsNotFound(err) {
@@ -317,7 +317,7 @@ func (c *Controller) owner(n *samplecrdv2.Network) backend.Owner {
 	return backend.Owner{Cluster: c.cluster, Namespace: n.Namespace, Name: n.Name, UID: n.UID}
 }
 
-func backendName(s *samplecrdv2.NetworkBackendStatus) string {
+func backendName(s *backend.Ref) string {
 	switch {
 	case s == nil:
 		return "(unknown)"

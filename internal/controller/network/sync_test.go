@@ -86,7 +86,7 @@ func network(name, cidr, gateway string) *samplecrdv2.Network {
 func readyNetwork(n *samplecrdv2.Network) *samplecrdv2.Network {
 	s := backendtest.Status(n.UID)
 	n.Status = samplecrdv2.NetworkStatus{
-		ObservedGeneration: n.Generation, CIDRs: n.Spec.CIDRs, Gateways: n.Spec.Gateways, Backend: &s,
+		ObservedGeneration: n.Generation, CIDRs: n.Spec.CIDRs, Gateways: n.Spec.Gateways, Backend: backendStatus(&s),
 		Conditions: []metav1.Condition{{Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, Reason: samplecrd.ReasonProvisioned,
 			Message:            "linux network " + s.Interface + " has " + n.Spec.CIDRs[0] + " with gateway " + n.Spec.Gateways[0],
 			ObservedGeneration: n.Generation, LastTransitionTime: metav1.NewTime(time.Now())}},
@@ -380,7 +380,7 @@ func TestSync(t *testing.T) {
 				if written.Status.ObservedGeneration != written.Generation {
 					t.Errorf("observedGeneration %d, generation %d", written.Status.ObservedGeneration, written.Generation)
 				}
-				if tt.wantReady == metav1.ConditionTrue && (!backend.SameStatus(written.Status.Backend, ptr.To(backendtest.Status(written.UID))) ||
+				if tt.wantReady == metav1.ConditionTrue && (!backend.SameStatus(backendRef(written.Status.Backend), ptr.To(backendtest.Status(written.UID))) ||
 					!slices.Equal(written.Status.CIDRs, written.Spec.CIDRs) || !slices.Equal(written.Status.Gateways, written.Spec.Gateways)) {
 					t.Errorf("Ready status %+v does not name the backend network and its cidr and gateway", written.Status)
 				}
@@ -390,7 +390,7 @@ func TestSync(t *testing.T) {
 				if ok != tt.wantInBackend {
 					t.Errorf("in backend: %v, want %v", ok, tt.wantInBackend)
 				}
-				if want := (backend.Network{CIDR: netip.MustParsePrefix(tt.network.Spec.CIDRs[0]), Gateway: netip.MustParseAddr(tt.network.Spec.Gateways[0])}); ok && tt.network.DeletionTimestamp == nil && !o.Provides(want) {
+				if want := (backend.Network{Families: []backend.Family{{CIDR: netip.MustParsePrefix(tt.network.Spec.CIDRs[0]), Gateway: netip.MustParseAddr(tt.network.Spec.Gateways[0])}}}); ok && tt.network.DeletionTimestamp == nil && !o.Provides(want) {
 					t.Errorf("backend network %+v, want the spec's %s %s", o.Families, tt.network.Spec.CIDRs[0], tt.network.Spec.Gateways[0])
 				}
 			}

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/backend"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 // Backend is a backend.Backend and a backend.DriftWatcher for tests. The
@@ -138,9 +137,9 @@ func (b *Backend) Drift(owner backend.Owner) {
 }
 
 // Status is what the in-memory backend records for a Network of uid.
-func Status(uid types.UID) samplecrdv2.NetworkBackendStatus {
+func Status(uid types.UID) backend.Ref {
 	id := strings.ReplaceAll(string(uid), "-", "")
-	return samplecrdv2.NetworkBackendStatus{Type: samplecrdv2.BackendLinux, Interface: "netop" + id[:min(10, len(id))]}
+	return backend.Ref{Type: backend.TypeLinux, Interface: "netop" + id[:min(10, len(id))]}
 }
 
 // begin counts a call, waits the latency and returns the scripted error.
@@ -163,15 +162,15 @@ func (b *Backend) begin(ctx context.Context, operation string, uid types.UID) er
 }
 
 // Type implements backend.Backend.
-func (b *Backend) Type() samplecrdv2.BackendType {
+func (b *Backend) Type() backend.Type {
 	if b.inner != nil {
 		return b.inner.Type()
 	}
-	return samplecrdv2.BackendLinux
+	return backend.TypeLinux
 }
 
 // Ensure implements backend.Backend.
-func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *samplecrdv2.NetworkBackendStatus) (backend.Result, error) {
+func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *backend.Ref) (backend.Result, error) {
 	if err := b.begin(ctx, backend.OperationEnsure, want.UID); err != nil {
 		return backend.Result{}, err
 	}
@@ -194,7 +193,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 			res.Action = backend.ActionUpdated
 		}
 		res.Status = Status(want.UID)
-		b.networks[want.UID] = backend.Observed{Owner: want.Owner, Status: res.Status, Families: want.Families()}
+		b.networks[want.UID] = backend.Observed{Owner: want.Owner, Status: res.Status, Families: want.Families}
 		b.mu.Unlock()
 	}
 	if res.Action != backend.ActionNone {
@@ -206,7 +205,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, recorded *sa
 }
 
 // Delete implements backend.Backend.
-func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *samplecrdv2.NetworkBackendStatus) error {
+func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *backend.Ref) error {
 	if err := b.begin(ctx, backend.OperationDelete, owner.UID); err != nil {
 		return err
 	}
