@@ -1,3 +1,7 @@
+// Package agent is what netop's node agent adds to the Network controller
+// on every node of a cluster: the CNI plugin installed on the host with
+// credentials of its own, and the watch that tells when the node left the
+// cluster. The agent's report on its node is package networknode's.
 package agent
 
 import (

@@ -50,6 +50,7 @@ import (
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/networknode"
 	"github.com/netop-dev/netop/internal/version"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -70,6 +71,13 @@ func init() {
 	utilruntime.Must(cnatv1alpha1.AddToScheme(scheme))
 }
 
+// Both ends of a NetworkNode are what the Network controller records in
+// and reads from in a cluster with agents.
+var (
+	_ network.Reporter      = (*networknode.Report)(nil)
+	_ network.NodeReadiness = (*networknode.NodeReports)(nil)
+)
+
 // Operator is netop configured for one cluster, ready to run.
 type Operator struct {
 	opts        *Options
@@ -87,7 +95,7 @@ type Operator struct {
 	podnet *podnet.Controller
 	// report is the agent's report on its node, nodes its peers' Nodes
 	// (agent role only).
-	report *agent.Report
+	report *networknode.Report
 	nodes  kubeinformers.SharedInformerFactory
 	// cni installs the CNI plugin on the agent's host (--install-cni).
 	cni *agent.CNIInstall
@@ -208,7 +216,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		if o.Namespace == "" || o.Namespace == o.OperatorNamespace {
 			agentPods = op.pods.Core().V1().Pods()
 		}
-		if nodes, err = network.NewNodeReports(op.factory.Netop().V1alpha1().NetworkNodes(), agentPods, o.OperatorNamespace); err != nil {
+		if nodes, err = networknode.NewNodeReports(op.factory.Netop().V1alpha1().NetworkNodes(), agentPods, o.OperatorNamespace); err != nil {
 			return fail(err)
 		}
 	}
@@ -285,7 +293,7 @@ func (op *Operator) newAgent(ctx context.Context, cfg *rest.Config, client versi
 		op.cni = &agent.CNIInstall{Executable: exe, BinDir: o.CNIBinDir, Kubeconfig: o.CNIKubeconfig, Server: cfg.Host, CAData: ca,
 			Namespace: o.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, TokenLifetime: o.CNITokenLifetime, Kube: op.kube}
 	}
-	op.report = agent.NewReport(client, op.kube, o.NodeName, o.AgentPod, reportDelay)
+	op.report = networknode.NewReport(client, op.kube, o.NodeName, o.AgentPod, reportDelay)
 	if err := op.report.Load(ctx); err != nil {
 		return err
 	}

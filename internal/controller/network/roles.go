@@ -26,7 +26,7 @@ import (
 // writing Networks at all.
 
 // Reporter is where an agent's controller records its outcomes: its
-// node's report (agent.Report).
+// node's report (networknode.Report).
 type Reporter interface {
 	// Node is the name of the agent's node.
 	Node() string

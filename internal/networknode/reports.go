@@ -1,4 +1,4 @@
-package network
+package networknode
 
 import (
 	"fmt"
@@ -32,8 +32,6 @@ type NodeReports struct {
 	mu       sync.Mutex
 	onChange []func(uids []types.UID, all bool)
 }
-
-var _ NodeReadiness = (*NodeReports)(nil)
 
 // NewNodeReports reads the reports of informer and the readiness of the
 // agents' pods in namespace from pods (nil: agents run outside pods).

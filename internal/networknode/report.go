@@ -1,8 +1,10 @@
-// Package agent is netop's node agent: what runs on every node of a
-// cluster beside the cluster-wide controller. The Network controller,
-// running as the agent, builds the node's bridges; the agent's Report tells
-// the controller, through the node's NetworkNode, which are ready.
-package agent
+// Package networknode is both ends of a NetworkNode (netop.dev/v1alpha1),
+// the report of one node's agent to the cluster-wide controller: the
+// agent writes its node's Report (which Networks are built there, and
+// which failed why), and the controller reads every node's in
+// NodeReports to tell when a Network is ready everywhere. Keeping the
+// writer and the reader together keeps the report's meaning in one place.
+package networknode
 
 import (
 	"context"

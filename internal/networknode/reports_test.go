@@ -1,4 +1,4 @@
-package network
+package networknode
 
 import (
 	"slices"
