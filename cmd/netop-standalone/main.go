@@ -105,7 +105,7 @@ func newCommand() *cobra.Command {
 	cmd.Flags().StringSliceVar(&nodeOpts.archives, "image-archive", nil, "Image tarballs (such as `make image` writes to bin/netop-image.tar) the node serves as if pulled from their registries; repeatable. Tarballs in DIR/images are served too.")
 	cmd.Flags().BoolVar(&nodeOpts.operator, "operator", true, "Run netop's operator in this process. Off, the cluster is bare, to install netop as on any cluster: netop manifests --image REF | kubectl apply -f -.")
 	logOpts.AddFlags(cmd.Flags())
-	opts.AddFlags(cmd.Flags())
+	opts.AddFlags(cmd.Flags(), operator.RoleAll)
 	return cmd
 }
 

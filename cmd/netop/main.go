@@ -155,9 +155,6 @@ func newRunCommand(logOpts *logging.Options, role operator.Role, use, short stri
 		},
 	}
 	clientFlags.AddFlags(cmd.Flags())
-	opts.AddFlags(cmd.Flags())
-	if role == operator.RoleAgent {
-		opts.AddAgentFlags(cmd.Flags())
-	}
+	opts.AddFlags(cmd.Flags(), role)
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -216,23 +217,78 @@ func operatorNamespace() string {
 	return "netop-system"
 }
 
-// AddFlags registers the options on fs.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
+// flagGroup is the flags of one part of netop, and the roles that run
+// that part: a command shows only the flags of what it runs.
+type flagGroup struct {
+	roles []Role
+	add   func(o *Options, fs *pflag.FlagSet)
+}
+
+var (
+	everyRole       = []Role{RoleAll, RoleController, RoleAgent}
+	clusterWide     = []Role{RoleAll, RoleController}
+	buildingBridges = []Role{RoleAll, RoleAgent}
+)
+
+// flagGroups declares which role takes which flags.
+var flagGroups = []flagGroup{
+	{everyRole, (*Options).addClientFlags},
+	{everyRole, (*Options).addMetricsFlags},
+	{buildingBridges, (*Options).addBridgeFlags},
+	{clusterWide, (*Options).addBackendFlags},
+	{clusterWide, (*Options).addWebhookFlags},
+	{clusterWide, (*Options).addLeaderFlags},
+	{clusterWide, (*Options).addSidecarFlags},
+	{clusterWide, (*Options).addDeploymentNetworkFlags},
+	{clusterWide, (*Options).addAtFlags},
+	{clusterWide, (*Options).addNADFlags},
+	{[]Role{RoleAgent}, (*Options).addAgentFlags},
+}
+
+// AddFlags registers on fs the flags of what role runs.
+func (o *Options) AddFlags(fs *pflag.FlagSet, role Role) {
+	for _, g := range flagGroups {
+		if slices.Contains(g.roles, role) {
+			g.add(o, fs)
+		}
+	}
+}
+
+// addClientFlags registers the flags of the API client, the work queues and the scope every role shares.
+func (o *Options) addClientFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second the operator may send to the API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries the operator may send to the API server above --kube-api-qps.")
 	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", o.KubeAPIContentType, "Encoding of the requests for built-in resources (pods, deployments, configmaps, events, leases, nodes): application/vnd.kubernetes.protobuf or application/json. Networks and other custom resources are always JSON.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Networks reconciled at once.")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "How often the informers resync and the backend is compared with the Networks (orphans swept, missing networks recreated).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Only manage Networks in this namespace (default: all namespaces).")
+	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "Identity of this cluster, recorded on every backend network: netops of several clusters sharing a network namespace or a Neutron project touch only their own cluster's networks. Default: the UID of the kube-system namespace.")
+	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
+	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
+	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
+}
+
+// addMetricsFlags registers the flags of the metrics and health server.
+func (o *Options) addMetricsFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles at /debug/pprof/ on --metrics-addr (CPU, heap, goroutines), as Kubernetes components do with --profiling.")
+}
+
+// addBridgeFlags registers the flags of where the linux backend builds bridges (netop run, agents).
+func (o *Options) addBridgeFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
+}
+
+// addBackendFlags registers the flags of which backend provides the Networks (the controller chooses; agents build bridges).
+func (o *Options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux (a bridge per Network) or neutron (an OpenStack Neutron network and subnet).")
 	fs.StringVar(&o.NeutronEndpoint, "neutron-endpoint", o.NeutronEndpoint, "URL of a Neutron API without authentication (noauth), for development and tests. Empty: Keystone from the OS_* variables or clouds.yaml.")
 	fs.StringVar(&o.NeutronProject, "neutron-project", o.NeutronProject, "Neutron project ID that owns netop's networks; required with --neutron-endpoint.")
 	fs.StringVar(&o.NeutronCloud, "neutron-cloud", o.NeutronCloud, "clouds.yaml entry to authenticate with (default $OS_CLOUD).")
-	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
-	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "Identity of this cluster, recorded on every backend network: netops of several clusters sharing a network namespace or a Neutron project touch only their own cluster's networks. Default: the UID of the kube-system namespace.")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz; \"0\" turns it off.")
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles at /debug/pprof/ on --metrics-addr (CPU, heap, goroutines), as Kubernetes components do with --profiling.")
-	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
+}
+
+// addWebhookFlags registers the flags of the webhook server: admission and conversion.
+func (o *Options) addWebhookFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
 	fs.StringVar(&o.ConversionService, "conversion-service", o.ConversionService, "Service in --operator-namespace that routes to the webhook server's conversion webhook, not-ready replicas included.")
@@ -240,24 +296,43 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", o.WebhookCertDir, "Keep the webhook CA and certificate in this directory instead of a Secret.")
 	fs.IntVar(&o.WebhookMaxInflight, "webhook-max-inflight", o.WebhookMaxInflight, "Admission reviews the webhook server serves at once, and conversion reviews apart from them; more are answered 429 Too Many Requests with Retry-After (the API server retries within the webhook's timeout, then applies its failurePolicy). 0: no limit.")
 	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of review bodies (admission and conversion together) the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
-	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
-	fs.BoolVar(&o.DeploymentNetworks, "deployment-networks", o.DeploymentNetworks, "Give each Deployment annotated samplecrd.k8s.io/network: auto (or samplecrd.k8s.io/network-cidr: CIDR) a Network of its name, owned by it, that its pods join.")
-	fs.StringVar(&o.DeploymentNetworkPool, "deployment-network-pool", o.DeploymentNetworkPool, "The range the cidrs of Deployments' Networks (samplecrd.k8s.io/network: auto) are taken from, skipping every cidr another Network has.")
-	fs.IntVar(&o.DeploymentNetworkPrefixLength, "deployment-network-prefix-length", o.DeploymentNetworkPrefixLength, "The prefix length of the cidrs taken from --deployment-network-pool.")
-	fs.BoolVar(&o.RunAts, "ats", o.RunAts, "Run the At controller: each At (cnat.programming-kubernetes.info/v1alpha1) runs its command in a pod at its scheduled time.")
-	fs.StringVar(&o.AtImage, "at-image", o.AtImage, "Image of the pods that run Ats' commands; it must have sh.")
-	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
-	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
-	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
+}
+
+// addLeaderFlags registers the flags of leader election among controller replicas.
+func (o *Options) addLeaderFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one leader among the replicas (a Lease named netop in --operator-namespace) to run the controllers; every replica serves the admission webhooks. Off, this process runs the controllers at once: run one replica only.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease holds without renewal before another replica may take over.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader keeps trying to renew before it gives up leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the Lease.")
-	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 }
 
-// AddAgentFlags registers the agent's own options on fs.
-func (o *Options) AddAgentFlags(fs *pflag.FlagSet) {
+// addSidecarFlags registers the flags of Envoy sidecar injection and the workload initializer.
+func (o *Options) addSidecarFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
+	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
+}
+
+// addDeploymentNetworkFlags registers the flags of a Network per Deployment.
+func (o *Options) addDeploymentNetworkFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.DeploymentNetworks, "deployment-networks", o.DeploymentNetworks, "Give each Deployment annotated samplecrd.k8s.io/network: auto (or samplecrd.k8s.io/network-cidr: CIDR) a Network of its name, owned by it, that its pods join.")
+	fs.StringVar(&o.DeploymentNetworkPool, "deployment-network-pool", o.DeploymentNetworkPool, "The range the cidrs of Deployments' Networks (samplecrd.k8s.io/network: auto) are taken from, skipping every cidr another Network has.")
+	fs.IntVar(&o.DeploymentNetworkPrefixLength, "deployment-network-prefix-length", o.DeploymentNetworkPrefixLength, "The prefix length of the cidrs taken from --deployment-network-pool.")
+}
+
+// addAtFlags registers the flags of the At controller.
+func (o *Options) addAtFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.RunAts, "ats", o.RunAts, "Run the At controller: each At (cnat.programming-kubernetes.info/v1alpha1) runs its command in a pod at its scheduled time.")
+	fs.StringVar(&o.AtImage, "at-image", o.AtImage, "Image of the pods that run Ats' commands; it must have sh.")
+}
+
+// addNADFlags registers the flags of the NetworkAttachmentDefinitions kept for Multus.
+func (o *Options) addNADFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
+}
+
+// addAgentFlags registers the flags of the node agent: its node and the
+// CNI plugin it installs.
+func (o *Options) addAgentFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent runs on, as its Node object is named. Defaults to $NODE_NAME (the downward API's spec.nodeName).")
 	fs.BoolVar(&o.InstallCNI, "install-cni", o.InstallCNI, "Install netop's CNI plugin on the host: this binary as netop-cni in --cni-bin-dir, and at --cni-kubeconfig the plugin's kubeconfig with tokens of --cni-service-account, renewed before they expire.")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
@@ -299,9 +374,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--webhook-max-inflight must be 0 (no limit) or positive, got %d", o.WebhookMaxInflight)
 	case o.WebhookMaxInflightBytes.Sign() < 0:
 		return fmt.Errorf("--webhook-max-inflight-bytes must be 0 (no limit) or positive, got %s", o.WebhookMaxInflightBytes.String())
-	case o.webhooksEnabled() && o.Namespace != "":
+	case o.Role != RoleAgent && o.webhooksEnabled() && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the admission webhooks check Networks of all namespaces; use --webhook-addr=0 with --namespace", o.Namespace)
-	case o.InitializeWorkloads && o.Namespace != "":
+	case o.Role != RoleAgent && o.InitializeWorkloads && o.Namespace != "":
 		return fmt.Errorf("--namespace %q: the workload initializer serves all namespaces; use --initialize-workloads=false with --namespace", o.Namespace)
 	case o.ClusterID != "" && backend.ValidCluster(o.ClusterID) != nil:
 		return fmt.Errorf("--cluster-id: %w", backend.ValidCluster(o.ClusterID))

@@ -31,7 +31,7 @@ func TestAllowReservedPrefixesReachesValidation(t *testing.T) {
 	for _, args := range [][]string{nil, {"--allow-reserved-prefixes"}} {
 		o := NewOptions()
 		fs := pflag.NewFlagSet("netop", pflag.ContinueOnError)
-		o.AddFlags(fs)
+		o.AddFlags(fs, RoleController)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,7 @@
 // hub's.
 //
 // It is the storage version and the version netop reads and writes; v1 is
-// served beside it, converted by netop's conversion webhook (README, "API
-// versions").
+// served beside it, converted by netop's conversion webhook (docs/api.md).
 //
 // +k8s:deepcopy-gen=package
 // +k8s:conversion-gen=github.com/netop-dev/netop/pkg/apis/samplecrd
