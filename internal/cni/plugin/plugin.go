@@ -10,6 +10,13 @@
 // them to the previous result. Delegated, one configuration per Network as
 // Multus calls it (the NetworkAttachmentDefinition's config names the
 // Network), it attaches the one interface it is called for.
+//
+// It logs to the file its configuration names (logFile, logLevel, as
+// Multus does), since stdout is the result's and libcni reads a plugin's
+// stderr only when it printed nothing: a node's log file is where one
+// learns why a pod's sandbox keeps failing, or what a DEL removed. A
+// failure also goes to stderr, one line, for whoever runs the plugin by
+// hand.
 package plugin
 
 import (
@@ -21,12 +28,14 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	cniversion "github.com/containernetworking/cni/pkg/version"
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,6 +90,16 @@ type Config struct {
 	// Timeout is how long ADD waits for the pod's addresses (a Go
 	// duration); 30s if empty.
 	Timeout string `json:"timeout,omitempty"`
+	// LogFile is the file the plugin appends its log to (created 0600,
+	// its directory 0700); "" logs to no file. Multus's key.
+	LogFile string `json:"logFile,omitempty"`
+	// LogLevel is what the file gets: "error", "info" (each command, its
+	// outcome and what it attached or detached; the default) or "debug"
+	// (the steps too). Multus's key.
+	LogLevel string `json:"logLevel,omitempty"`
+
+	// verbosity is LogLevel's.
+	verbosity int
 }
 
 // podArgs are the CNI_ARGS the kubelet's runtime passes.
@@ -94,8 +113,11 @@ type podArgs struct {
 // Main runs the plugin as the runtime calls it (environment and stdin) and
 // exits.
 func Main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
-		Versions, "netop CNI plugin "+version.String())
+	r := runner{stderr: os.Stderr}
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add: r.cmd("ADD", cmdAdd), Del: r.cmd("DEL", cmdDel), Check: r.cmd("CHECK", cmdCheck),
+		GC: r.cmd("GC", cmdGC), Status: r.cmd("STATUS", cmdStatus),
+	}, Versions, "netop CNI plugin "+version.String())
 }
 
 func loadConfig(stdin []byte) (*Config, error) {
@@ -105,6 +127,9 @@ func loadConfig(stdin []byte) (*Config, error) {
 	}
 	if conf.DataDir == "" {
 		return nil, errors.New("network configuration: dataDir: required (where attachments are recorded)")
+	}
+	if err := conf.parseLogging(); err != nil {
+		return nil, err
 	}
 	if conf.RawPrevResult != nil {
 		parsed := types.PluginConf{CNIVersion: conf.CNIVersion, RawPrevResult: conf.RawPrevResult}
@@ -133,13 +158,11 @@ func (c *Config) attacher() (*cni.Attacher, error) {
 	return cni.NewAttacher(ns)
 }
 
-func cmdAdd(args *skel.CmdArgs) error {
-	conf, err := loadConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
+func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
+	log := logr.FromContextOrDiscard(ctx)
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	if conf.PrevResult != nil {
+		var err error
 		if result, err = current.NewResultFromResult(conf.PrevResult); err != nil {
 			return fmt.Errorf("prevResult: %w", err)
 		}
@@ -153,15 +176,17 @@ func cmdAdd(args *skel.CmdArgs) error {
 		if conf.Network != "" {
 			return errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
 		}
-		return types.PrintResult(result, conf.CNIVersion) // not a pod: nothing to join
+		log.V(vInfo).Info("Not a pod: nothing to attach")
+		return types.PrintResult(result, conf.CNIVersion)
 	}
 	timeout := defaultTimeout
 	if conf.Timeout != "" {
+		var err error
 		if timeout, err = time.ParseDuration(conf.Timeout); err != nil {
 			return fmt.Errorf("network configuration: timeout: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	allocations, err := podAllocations(ctx, conf.Kubeconfig, string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID))
 	if err != nil {
@@ -175,6 +200,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		allocations = allocations[i : i+1]
 	}
 	if len(allocations) == 0 {
+		log.V(vInfo).Info("The pod joins no Network: nothing to attach")
 		return types.PrintResult(result, conf.CNIVersion)
 	}
 
@@ -192,28 +218,45 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err := conf.store().Save(record); err != nil {
 		return err
 	}
-	var made, all []string
-	for _, a := range allocations {
-		all = append(all, a.Interface)
-	}
-	undo := func() {
+	log.V(vDebug).Info("Recorded the attachments", "dataDir", conf.DataDir, "interfaces", len(allocations))
+	var made []string
+	// undo takes back what this ADD made and recorded, and returns cause
+	// with whatever it could not undo: that stays in the record, for the
+	// DEL the runtime sends after a failed ADD, or GC, to finish.
+	undo := func(cause error) error {
+		log.V(vDebug).Info("Undoing the attachments", "interfaces", made)
+		errs := []error{cause}
+		var left []string
 		for _, iface := range made {
-			_ = attacher.Del(args.ContainerID, iface)
+			if err := attacher.Del(args.ContainerID, iface); err != nil {
+				errs = append(errs, fmt.Errorf("undoing %s: %w", iface, err))
+				left = append(left, iface)
+			}
 		}
-		forget(conf, args.ContainerID, all)
+		var undone []string
+		for _, a := range allocations {
+			if !slices.Contains(left, a.Interface) {
+				undone = append(undone, a.Interface)
+			}
+		}
+		if err := forget(conf.store(), record, undone); err != nil {
+			errs = append(errs, fmt.Errorf("undoing: %w", err))
+		}
+		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
 		at, err := attachmentFor(args, a)
 		if err != nil {
-			undo()
-			return err
+			return undo(err)
 		}
 		made = append(made, a.Interface)
+		log.V(vDebug).Info("Attaching", "interface", a.Interface, "network", a.Network, "bridge", at.Bridge)
 		attached, err := attacher.Add(at)
 		if err != nil {
-			undo()
-			return fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err)
+			return undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
 		}
+		log.V(vInfo).Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs,
+			"mac", attached.MAC.String(), "hostVeth", attached.HostVeth)
 		result.Interfaces = append(result.Interfaces,
 			&current.Interface{Name: attached.HostVeth},
 			&current.Interface{Name: a.Interface, Mac: attached.MAC.String(), Sandbox: args.Netns})
@@ -244,23 +287,26 @@ func recordFor(conf *Config, args *skel.CmdArgs, pod string, allocations []netse
 }
 
 // forget drops interfaces from the container's record, and the record once
-// it has none.
-func forget(conf *Config, containerID string, interfaces []string) {
+// it has none. The record is the one the command read: the runtime runs
+// one command at a time for a container, and GC forgets only containers
+// the runtime no longer has.
+func forget(store cni.Store, record cni.Record, interfaces []string) error {
 	if len(interfaces) == 0 {
-		return
+		return nil
 	}
-	record, ok, err := conf.store().Load(containerID)
-	if err != nil || !ok {
-		return
-	}
-	record.Interfaces = slices.DeleteFunc(record.Interfaces, func(r cni.RecordedInterface) bool {
+	record.Interfaces = slices.DeleteFunc(slices.Clone(record.Interfaces), func(r cni.RecordedInterface) bool {
 		return slices.Contains(interfaces, r.Interface)
 	})
 	if len(record.Interfaces) == 0 {
-		_ = conf.store().Remove(containerID)
-		return
+		if err := store.Remove(record.ContainerID); err != nil {
+			return fmt.Errorf("removing the record of %s: %w", record.ContainerID, err)
+		}
+		return nil
 	}
-	_ = conf.store().Save(record)
+	if err := store.Save(record); err != nil {
+		return fmt.Errorf("removing %s from the record of %s: %w", strings.Join(interfaces, ", "), record.ContainerID, err)
+	}
+	return nil
 }
 
 // prefixes parses addresses as allocations and records write them, with
@@ -310,6 +356,7 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 	// is not, one watch of the pod waits for it rather than polling, which
 	// would put a GET per pod every few hundred milliseconds on the API
 	// server exactly when a node starts many pods at once.
+	log := logr.FromContextOrDiscard(ctx)
 	var lastErr error
 	for {
 		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -318,14 +365,17 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 			return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 		case err != nil:
 			lastErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+			log.V(vDebug).Info("Reading the pod failed; trying again", "err", lastErr)
 		case uid != "" && string(pod.UID) != uid:
 			return nil, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
 		default:
 			allocations, done, why := allocated(pod)
 			if done {
+				log.V(vDebug).Info("Read the pod's allocations", "allocations", len(allocations))
 				return allocations, nil
 			}
 			lastErr = why
+			log.V(vDebug).Info("Waiting for the pod's allocations", "reason", why.Error())
 			if err := waitForChange(ctx, kube, pod); err != nil && ctx.Err() == nil {
 				lastErr = errors.Join(why, err)
 			}
@@ -388,17 +438,14 @@ func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
 
 // recorded loads what ADD recorded for the container, and an attacher for
 // the node; ok is false when nothing was recorded, so nothing attached.
-func recorded(args *skel.CmdArgs) (conf *Config, record cni.Record, attacher *cni.Attacher, ok bool, err error) {
-	if conf, err = loadConfig(args.StdinData); err != nil {
-		return nil, record, nil, false, err
-	}
+func recorded(conf *Config, args *skel.CmdArgs) (record cni.Record, attacher *cni.Attacher, ok bool, err error) {
 	if record, ok, err = conf.store().Load(args.ContainerID); err != nil || !ok {
-		return conf, record, nil, false, err
+		return record, nil, false, err
 	}
 	if attacher, err = conf.attacher(); err != nil {
-		return conf, record, nil, false, err
+		return record, nil, false, err
 	}
-	return conf, record, attacher, true, nil
+	return record, attacher, true, nil
 }
 
 // covers: the configuration is about the recorded interface (a delegate
@@ -408,10 +455,15 @@ func (c *Config) covers(r cni.RecordedInterface, ifname string) bool {
 	return c.Network == "" || r.Network == c.Network && r.Interface == ifname
 }
 
-func cmdDel(args *skel.CmdArgs) error {
-	conf, record, attacher, ok, err := recorded(args)
-	if err != nil || !ok {
+func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
+	log := logr.FromContextOrDiscard(ctx)
+	record, attacher, ok, err := recorded(conf, args)
+	if err != nil {
 		return err
+	}
+	if !ok {
+		log.V(vInfo).Info("Nothing recorded for the container: nothing to detach")
+		return nil
 	}
 	defer attacher.Close()
 	var gone []string
@@ -420,18 +472,26 @@ func cmdDel(args *skel.CmdArgs) error {
 			continue
 		}
 		if err := attacher.Del(args.ContainerID, r.Interface); err != nil {
-			return err
+			return fmt.Errorf("detaching %s from Network %s: %w", r.Interface, r.Network, err)
 		}
+		log.V(vInfo).Info("Detached", "interface", r.Interface, "network", r.Network, "hostVeth", r.HostVeth)
 		gone = append(gone, r.Interface)
 	}
-	forget(conf, args.ContainerID, gone)
-	return nil
+	// A record left behind is not a resource already gone: failing has the
+	// runtime call DEL again, which finds the interfaces gone (not an
+	// error) and retries the record.
+	return forget(conf.store(), record, gone)
 }
 
-func cmdCheck(args *skel.CmdArgs) error {
-	conf, record, attacher, ok, err := recorded(args)
-	if err != nil || !ok {
+func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
+	log := logr.FromContextOrDiscard(ctx)
+	record, attacher, ok, err := recorded(conf, args)
+	if err != nil {
 		return err
+	}
+	if !ok {
+		log.V(vDebug).Info("Nothing recorded for the container: nothing to check")
+		return nil
 	}
 	defer attacher.Close()
 	for _, r := range record.Interfaces {
@@ -445,17 +505,15 @@ func cmdCheck(args *skel.CmdArgs) error {
 		if err := attacher.Check(at); err != nil {
 			return fmt.Errorf("Network %s: %w", r.Network, err) //nolint:staticcheck // a Network is a proper noun
 		}
+		log.V(vDebug).Info("Checked", "interface", r.Interface, "network", r.Network)
 	}
 	return nil
 }
 
 // cmdGC detaches the containers of this configuration that the runtime no
 // longer has, and the host ends no record knows (left by a crash).
-func cmdGC(args *skel.CmdArgs) error {
-	conf, err := loadConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
+func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
+	log := logr.FromContextOrDiscard(ctx)
 	valid := map[string]bool{}
 	for _, v := range conf.ValidAttachments {
 		valid[v.ContainerID] = true
@@ -479,13 +537,17 @@ func cmdGC(args *skel.CmdArgs) error {
 				continue
 			}
 			if err := attacher.Del(r.ContainerID, i.Interface); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, fmt.Errorf("detaching %s of %s: %w", i.Interface, r.ContainerID, err))
 				known[i.HostVeth] = true
 				continue
 			}
+			log.V(vInfo).Info("Detached a container the runtime no longer has", "containerID", r.ContainerID,
+				"interface", i.Interface, "network", i.Network, "hostVeth", i.HostVeth)
 			gone = append(gone, i.Interface)
 		}
-		forget(conf, r.ContainerID, gone)
+		if err := forget(conf.store(), r, gone); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	veths, err := attacher.HostVeths()
 	if err != nil {
@@ -495,7 +557,9 @@ func cmdGC(args *skel.CmdArgs) error {
 		if !known[v] {
 			if err := attacher.DeleteHostVeth(v); err != nil {
 				errs = append(errs, err)
+				continue
 			}
+			log.V(vInfo).Info("Deleted a host end no record knows", "hostVeth", v)
 		}
 	}
 	return errors.Join(errs...)
@@ -503,11 +567,7 @@ func cmdGC(args *skel.CmdArgs) error {
 
 // cmdStatus: the plugin can attach when it can reach the node's namespace
 // and write its records.
-func cmdStatus(args *skel.CmdArgs) error {
-	conf, err := loadConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
+func cmdStatus(_ context.Context, conf *Config, _ *skel.CmdArgs) error {
 	attacher, err := conf.attacher()
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")

@@ -1,0 +1,272 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/netop-dev/netop/internal/cni"
+)
+
+// netconf is a configuration as the runtime passes it on stdin.
+func netconf(t *testing.T, dataDir string, extra map[string]any) []byte {
+	t.Helper()
+	c := map[string]any{"cniVersion": "1.1.0", "name": "netop-test", "type": Type, "kubeconfig": "/nonexistent", "dataDir": dataDir}
+	for k, v := range extra {
+		c[k] = v
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// podCall is a call for a pod's net1 in container id.
+func podCall(stdin []byte, id string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: id, Netns: "/run/netns/" + id, IfName: "net1",
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=pod1", StdinData: stdin}
+}
+
+// invoke runs a command as Main does, with stdout swapped for a file so
+// that a log written there shows; it returns the command's error and what
+// went to stderr.
+func invoke(t *testing.T, name string, fn command, args *skel.CmdArgs) (stderr string, cmdErr error) {
+	t.Helper()
+	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = stdout
+	var errOut bytes.Buffer
+	cmdErr = runner{stderr: &errOut}.run(name, fn, args)
+	os.Stdout = saved
+	_ = stdout.Close()
+	if out, err := os.ReadFile(stdout.Name()); err != nil || len(out) != 0 {
+		t.Errorf("%s wrote to stdout (the result's): %q %v", name, out, err)
+	}
+	return errOut.String(), cmdErr
+}
+
+func lines(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == '\n' })
+}
+
+// failureLine checks that out has exactly one line saying the command
+// failed, with the container, the pod and the error.
+func failureLine(t *testing.T, where, out, containerID string, cmdErr error) {
+	t.Helper()
+	var found []string
+	for _, l := range lines(out) {
+		if strings.Contains(l, `"CNI command failed"`) {
+			found = append(found, l)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s: want one failure line, got %d in:\n%s", where, len(found), out)
+	}
+	for _, want := range []string{
+		`containerID="` + containerID + `"`, `pod="ns1/pod1"`, `ifname="net1"`,
+		"err=" + strconv.Quote(cmdErr.Error()),
+	} {
+		if !strings.Contains(found[0], want) {
+			t.Errorf("%s: failure line lacks %s:\n%s", where, want, found[0])
+		}
+	}
+	if !strings.HasPrefix(found[0], "E") {
+		t.Errorf("%s: failure line is not at error severity: %s", where, found[0])
+	}
+}
+
+// A failed ADD (the pod cannot be read) is returned, and logged to the
+// configured file, made with its directory, and to stderr.
+func TestAddFailureLogged(t *testing.T) {
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "log", "netop-cni.log")
+	args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": logFile}), "c-add")
+	stderr, err := invoke(t, "ADD", cmdAdd, args)
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Fatalf("ADD with no kubeconfig: %v", err)
+	}
+	log, rerr := os.ReadFile(logFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	failureLine(t, "log file", string(log), "c-add", err)
+	failureLine(t, "stderr", stderr, "c-add", err)
+	if len(lines(stderr)) != 1 {
+		t.Errorf("stderr: want one line, got:\n%s", stderr)
+	}
+	if !strings.Contains(string(log), `"CNI command" command="ADD"`) {
+		t.Errorf("log file lacks the command's start at the default level (info):\n%s", log)
+	}
+	for path, want := range map[string]os.FileMode{logFile: 0o600, filepath.Dir(logFile): 0o700 | os.ModeDir} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v (%v)", path, fi.Mode(), want, err)
+		}
+	}
+}
+
+// A failed DEL (an unreadable record) is returned and logged; at level
+// error only the failure is written; the file is appended to.
+func TestDelFailureLogged(t *testing.T) {
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	if err := os.MkdirAll(records, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(records, "c-del.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "netop-cni.log")
+	if err := os.WriteFile(logFile, []byte("earlier\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := podCall(netconf(t, records, map[string]any{"logFile": logFile, "logLevel": "error"}), "c-del")
+	stderr, err := invoke(t, "DEL", cmdDel, args)
+	if err == nil || !strings.Contains(err.Error(), "record of c-del") {
+		t.Fatalf("DEL with a corrupt record: %v", err)
+	}
+	log, rerr := os.ReadFile(logFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	failureLine(t, "log file", string(log), "c-del", err)
+	failureLine(t, "stderr", stderr, "c-del", err)
+	if got := lines(string(log)); len(got) != 2 || got[0] != "earlier" {
+		t.Errorf("at level error, want the earlier line and the failure, got:\n%s", log)
+	}
+}
+
+// logLevel decides what a successful command writes; a success writes
+// nothing to stderr.
+func TestLogLevels(t *testing.T) {
+	for level, want := range map[string][]string{
+		"error": nil,
+		"":      {`"CNI command"`, `"Nothing recorded for the container: nothing to detach"`, `"CNI command succeeded"`},
+		"INFO":  {`"CNI command"`, `"Nothing recorded for the container: nothing to detach"`, `"CNI command succeeded"`},
+		"debug": {`"CNI command"`, `"Nothing recorded for the container: nothing to detach"`, `"CNI command succeeded"`},
+	} {
+		t.Run(level, func(t *testing.T) {
+			dir := t.TempDir()
+			logFile := filepath.Join(dir, "netop-cni.log")
+			args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": logFile, "logLevel": level}), "c-lvl")
+			stderr, err := invoke(t, "DEL", cmdDel, args)
+			if err != nil || stderr != "" {
+				t.Fatalf("DEL of nothing: %v, stderr %q", err, stderr)
+			}
+			log, err := os.ReadFile(logFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := lines(string(log))
+			if len(got) != len(want) {
+				t.Fatalf("want %d lines, got:\n%s", len(want), log)
+			}
+			for i, w := range want {
+				if !strings.Contains(got[i], w) || !strings.Contains(got[i], `containerID="c-lvl"`) {
+					t.Errorf("line %d: want %s with the container, got %s", i, w, got[i])
+				}
+			}
+		})
+	}
+	// Debug adds the steps: CHECK's with nothing recorded.
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "netop-cni.log")
+	for _, level := range []string{"info", "debug"} {
+		args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": logFile, "logLevel": level}), "c-"+level)
+		if _, err := invoke(t, "CHECK", cmdCheck, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "nothing to check"); n != 1 || !strings.Contains(string(log), `"Nothing recorded for the container: nothing to check" command="CHECK" containerID="c-debug"`) {
+		t.Errorf("want the step at debug only, got:\n%s", log)
+	}
+}
+
+// A logLevel or logFile that means nothing is refused, naming the key,
+// on stderr too; no file is written.
+func TestLoggingConfigRefused(t *testing.T) {
+	for key, value := range map[string]string{"logLevel": "verbose", "logFile": "relative/netop-cni.log"} {
+		t.Run(key, func(t *testing.T) {
+			dir := t.TempDir()
+			extra := map[string]any{"logFile": filepath.Join(dir, "netop-cni.log"), key: value}
+			stderr, err := invoke(t, "ADD", cmdAdd, podCall(netconf(t, filepath.Join(dir, "records"), extra), "c-conf"))
+			if err == nil || !strings.Contains(err.Error(), key+": ") || !strings.Contains(err.Error(), value) {
+				t.Fatalf("%s %q: %v", key, value, err)
+			}
+			failureLine(t, "stderr", stderr, "c-conf", err)
+			if _, err := os.Stat(filepath.Join(dir, "netop-cni.log")); !os.IsNotExist(err) {
+				t.Errorf("log file written: %v", err)
+			}
+		})
+	}
+}
+
+// A log file that cannot be opened does not stop the command; stderr says
+// why.
+func TestLogFileUnusable(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": filepath.Join(notDir, "netop-cni.log")}), "c-nolog")
+	stderr, err := invoke(t, "DEL", cmdDel, args)
+	if err != nil {
+		t.Fatalf("DEL failed for want of its log: %v", err)
+	}
+	if got := lines(stderr); len(got) != 1 || !strings.Contains(got[0], `"Not logging to the file"`) || !strings.Contains(got[0], "logFile: ") {
+		t.Errorf("stderr: %q", stderr)
+	}
+}
+
+// forget returns the store's errors rather than dropping them: a record
+// it cannot rewrite or remove is one DEL or GC must try again.
+func TestForgetReturnsStoreErrors(t *testing.T) {
+	record := cni.Record{ContainerID: "c-forget", Netns: "/run/netns/x", Pod: "ns1/pod1", Interfaces: []cni.RecordedInterface{
+		{Config: "netop-test", Interface: "net1", Network: "ns1/a"}, {Config: "netop-test", Interface: "net2", Network: "ns1/b"},
+	}}
+	// A file where the records' directory should be.
+	broken := cni.Store{Dir: filepath.Join(t.TempDir(), "records")}
+	if err := os.WriteFile(broken.Dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := forget(broken, record, []string{"net1"}); err == nil || !strings.Contains(err.Error(), "c-forget") || !strings.Contains(err.Error(), "net1") {
+		t.Errorf("forgetting one of two, records unwritable: %v", err)
+	}
+	if err := forget(broken, record, []string{"net1", "net2"}); err == nil || !strings.Contains(err.Error(), "removing the record of c-forget") {
+		t.Errorf("forgetting all, records unwritable: %v", err)
+	}
+
+	store := cni.Store{Dir: filepath.Join(t.TempDir(), "records")}
+	if err := store.Save(record); err != nil {
+		t.Fatal(err)
+	}
+	if err := forget(store, record, []string{"net1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := store.Load("c-forget"); err != nil || !ok || len(got.Interfaces) != 1 || got.Interfaces[0].Interface != "net2" {
+		t.Errorf("after forgetting net1: %+v %v %v", got, ok, err)
+	}
+	if len(record.Interfaces) != 2 {
+		t.Errorf("forget changed its caller's record: %+v", record.Interfaces)
+	}
+	if err := forget(store, record, []string{"net1", "net2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := store.Load("c-forget"); ok || err != nil {
+		t.Errorf("record left after forgetting all: %v %v", ok, err)
+	}
+}
