@@ -254,7 +254,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, role Role) {
 	}
 }
 
-// addClientFlags registers the flags of the API client, the work queues and the scope every role shares.
+// addClientFlags registers the flags every role shares: the API client,
+// the work queues, and what netop manages and as which cluster.
 func (o *Options) addClientFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second the operator may send to the API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries the operator may send to the API server above --kube-api-qps.")
@@ -274,12 +275,14 @@ func (o *Options) addMetricsFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles at /debug/pprof/ on --metrics-addr (CPU, heap, goroutines), as Kubernetes components do with --profiling.")
 }
 
-// addBridgeFlags registers the flags of where the linux backend builds bridges (netop run, agents).
+// addBridgeFlags registers where the linux backend builds bridges: in
+// netop run and in the agents.
 func (o *Options) addBridgeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Netns, "netns", o.Netns, "Named network namespace (as in `ip netns`) the linux backend works in, created if missing; \"\" is the host's namespace.")
 }
 
-// addBackendFlags registers the flags of which backend provides the Networks (the controller chooses; agents build bridges).
+// addBackendFlags registers which backend provides the Networks: the
+// controller chooses; agents always build bridges.
 func (o *Options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", o.Backend, "The backend that provides networks: linux (a bridge per Network) or neutron (an OpenStack Neutron network and subnet).")
 	fs.StringVar(&o.NeutronEndpoint, "neutron-endpoint", o.NeutronEndpoint, "URL of a Neutron API without authentication (noauth), for development and tests. Empty: Keystone from the OS_* variables or clouds.yaml.")
@@ -287,7 +290,8 @@ func (o *Options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NeutronCloud, "neutron-cloud", o.NeutronCloud, "clouds.yaml entry to authenticate with (default $OS_CLOUD).")
 }
 
-// addWebhookFlags registers the flags of the webhook server: admission and conversion.
+// addWebhookFlags registers the flags of the webhook server: admission
+// and conversion.
 func (o *Options) addWebhookFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "Address the admission webhooks (HTTPS) listen on; \"0\" turns them off.")
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service in --operator-namespace that routes to the webhook server.")
@@ -298,7 +302,8 @@ func (o *Options) addWebhookFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.WebhookMaxInflightBytes, "webhook-max-inflight-bytes", "Bytes of review bodies (admission and conversion together) the webhook server reads and decodes at once (each review counts its Content-Length, at most 4Mi); more are answered 429 Too Many Requests with Retry-After. A quantity such as 64Mi; 0: no limit.")
 }
 
-// addLeaderFlags registers the flags of leader election among controller replicas.
+// addLeaderFlags registers the flags of leader election among controller
+// replicas.
 func (o *Options) addLeaderFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one leader among the replicas (a Lease named netop in --operator-namespace) to run the controllers; every replica serves the admission webhooks. Off, this process runs the controllers at once: run one replica only.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease holds without renewal before another replica may take over.")
@@ -306,7 +311,8 @@ func (o *Options) addLeaderFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often replicas try to acquire or renew the Lease.")
 }
 
-// addSidecarFlags registers the flags of Envoy sidecar injection and the workload initializer.
+// addSidecarFlags registers the flags of Envoy sidecar injection and the
+// workload initializer.
 func (o *Options) addSidecarFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.InitializeWorkloads, "initialize-workloads", o.InitializeWorkloads, "Merge the Envoy template into Deployments annotated initializer.kubernetes.io/envoy: \"true\".")
 	fs.BoolVar(&o.AllowPrivilegedTemplates, "allow-privileged-templates", o.AllowPrivilegedTemplates, "Let the envoy-initializer template of every namespace make privileged containers, add capabilities, and use host ports, hostPath volumes and the other fields Pod Security's baseline refuses. Without it only the template in --operator-namespace may, and the templates of the namespaces its annotation initializer.kubernetes.io/envoy-privileged-namespaces lists (\"*\": all).")
@@ -325,7 +331,8 @@ func (o *Options) addAtFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AtImage, "at-image", o.AtImage, "Image of the pods that run Ats' commands; it must have sh.")
 }
 
-// addNADFlags registers the flags of the NetworkAttachmentDefinitions kept for Multus.
+// addNADFlags registers the flags of the NetworkAttachmentDefinitions
+// kept for Multus.
 func (o *Options) addNADFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments, written into the NetworkAttachmentDefinitions.")
 }

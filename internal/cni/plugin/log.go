@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -85,8 +84,7 @@ func invocation(command string, args *skel.CmdArgs) []any {
 			kv = append(kv, f.key, f.value)
 		}
 	}
-	pa := podArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
-	if err := types.LoadArgs(args.Args, &pa); err == nil && pa.K8S_POD_NAME != "" {
+	if pa, err := loadPodArgs(args.Args); err == nil && pa.K8S_POD_NAME != "" {
 		// A malformed CNI_ARGS is ADD's error to report, not the log's.
 		kv = append(kv, "pod", klog.KRef(string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)))
 	}

@@ -110,6 +110,14 @@ type podArgs struct {
 	K8S_POD_UID       types.UnmarshallableString //nolint:revive
 }
 
+// loadPodArgs reads the pod's identity from CNI_ARGS. The runtime passes
+// more than that; netop reads only the pod's.
+func loadPodArgs(cniArgs string) (podArgs, error) {
+	pa := podArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
+	err := types.LoadArgs(cniArgs, &pa)
+	return pa, err
+}
+
 // Main runs the plugin as the runtime calls it (environment and stdin) and
 // exits.
 func Main() {
@@ -167,9 +175,8 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 			return fmt.Errorf("prevResult: %w", err)
 		}
 	}
-	// The runtime passes more than the pod's identity; netop reads only that.
-	pa := podArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
-	if err := types.LoadArgs(args.Args, &pa); err != nil {
+	pa, err := loadPodArgs(args.Args)
+	if err != nil {
 		return fmt.Errorf("CNI_ARGS: %w", err)
 	}
 	if pa.K8S_POD_NAME == "" {
@@ -181,7 +188,6 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	}
 	timeout := defaultTimeout
 	if conf.Timeout != "" {
-		var err error
 		if timeout, err = time.ParseDuration(conf.Timeout); err != nil {
 			return fmt.Errorf("network configuration: timeout: %w", err)
 		}
