@@ -76,6 +76,7 @@ func init() {
 var (
 	_ network.Reporter      = (*networknode.Report)(nil)
 	_ network.NodeReadiness = (*networknode.NodeReports)(nil)
+	_ network.AddressUsage  = (*podnet.Controller)(nil)
 )
 
 // Operator is netop configured for one cluster, ready to run.
@@ -202,13 +203,12 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	// Allocation waits on the API server (one PATCH per pod), not on the
 	// CPU: more workers than the controllers that work (BENCHMARKS.md).
 	op.podnet, err = podnet.New(ctx, kube, op.pods.Core().V1().Pods(), op.factory.Samplecrd().V2().Networks(), recorder, op.metrics,
-		podnet.Options{Workers: 4 * o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes},
-			UsageChanged: func(name cache.ObjectName) { op.controller.UsageChanged(name) }})
+		podnet.Options{Workers: 4 * o.Workers, Resolver: netspec.Resolver{AllowReserved: o.AllowReservedPrefixes}})
 	if err != nil {
 		return fail(err)
 	}
 
-	var nodes network.NodeReadiness
+	outcome := network.Standalone()
 	if _, fleet := be.(agents.Backend); fleet {
 		// The agents' pods are seen where the pod cache covers their
 		// namespace.
@@ -216,13 +216,15 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		if o.Namespace == "" || o.Namespace == o.OperatorNamespace {
 			agentPods = op.pods.Core().V1().Pods()
 		}
-		if nodes, err = networknode.NewNodeReports(op.factory.Netop().V1alpha1().NetworkNodes(), agentPods, o.OperatorNamespace); err != nil {
+		nodes, err := networknode.NewNodeReports(op.factory.Netop().V1alpha1().NetworkNodes(), agentPods, o.OperatorNamespace)
+		if err != nil {
 			return fail(err)
 		}
+		outcome = network.Cluster(nodes)
 	}
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V2().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
-			Addresses: op.podnet, Nodes: nodes})
+			Addresses: op.podnet, Outcome: outcome})
 	if err != nil {
 		return fail(err)
 	}
@@ -300,7 +302,7 @@ func (op *Operator) newAgent(ctx context.Context, cfg *rest.Config, client versi
 	var err error
 	op.controller, err = network.New(ctx, client, op.factory.Samplecrd().V2().Networks(), op.backend, recorder, op.metrics,
 		network.Options{Cluster: cluster, Workers: o.Workers, Resync: o.Resync, AllowReservedPrefixes: o.AllowReservedPrefixes,
-			Report: op.report, Overlay: o.overlay != nil})
+			Outcome: network.Agent(op.report, o.overlay != nil)})
 	if err != nil || o.overlay == nil {
 		return err
 	}

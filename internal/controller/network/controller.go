@@ -11,10 +11,8 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -26,7 +24,6 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/overlap"
-	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
@@ -68,17 +65,9 @@ type Options struct {
 	// counts go into status, and a Network whose addresses pods hold is
 	// not deleted until they are gone.
 	Addresses AddressUsage
-	// Report, if set, makes the controller its node's agent: it builds
-	// the node's backend networks and reports them there, and writes no
-	// Network (no status, no finalizer).
-	Report Reporter
-	// Nodes, if set, makes the controller that of a cluster whose nodes
-	// run agents: a Network is Ready once ready on every node, and gets a
-	// VNI for the overlay between them.
-	Nodes NodeReadiness
-	// Overlay tells an agent that its node joins the others by the
-	// Networks' VNIs: a Network is ready there only once it has one.
-	Overlay bool
+	// Outcome is the controller's part in the role it runs in:
+	// Standalone (if nil), Cluster or Agent.
+	Outcome Outcome
 }
 
 // AddressUsage is how pods use Networks' addresses: the allocation
@@ -89,6 +78,10 @@ type AddressUsage interface {
 	// Retire stops allocations in a Network being deleted and counts the
 	// pods that still hold addresses in it, naming up to limit of them.
 	Retire(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
+	// OnUsageChanged registers f, told of each Network whose addresses
+	// pods took or freed: New registers the controller's UsageChanged,
+	// which it cannot be handed before the controller exists.
+	OnUsageChanged(f func(network cache.ObjectName))
 }
 
 // usageDelay coalesces the status writes of address usage: a burst of
@@ -111,20 +104,10 @@ type Controller struct {
 	cluster string
 	// arbiter decides which of overlapping Networks is built.
 	arbiter *overlap.Arbiter
-	// written holds, by UID, the status last written (writtenStatus).
-	written sync.Map
 	// addresses is Options.Addresses.
 	addresses AddressUsage
-	// report is Options.Report, nodes Options.Nodes.
-	report Reporter
-	nodes  NodeReadiness
-	// gone holds, by name, the UIDs of Networks deleted, until an agent
-	// removed their backend networks.
-	gone sync.Map
-	// vnis are the Networks' VNIs (cluster controller only); overlay is
-	// Options.Overlay.
-	vnis    *vniPool
-	overlay bool
+	// outcome is Options.Outcome, bound to this controller.
+	outcome Outcome
 }
 
 // UsageChanged tells the controller that pods took or freed addresses of
@@ -156,13 +139,6 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		cluster:  opts.Cluster,
 
 		addresses: opts.Addresses,
-		report:    opts.Report,
-		nodes:     opts.Nodes,
-		overlay:   opts.Overlay,
-	}
-	if c.nodes != nil {
-		c.vnis = newVNIPool()
-		c.nodes.OnChange(c.nodesChanged)
 	}
 	var err error
 	c.Controller, err = runner.New(runner.Options{
@@ -170,6 +146,14 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	}, c.sync)
 	if err != nil {
 		return nil, err
+	}
+	outcome := opts.Outcome
+	if outcome == nil {
+		outcome = Standalone()
+	}
+	c.outcome = outcome.bind(c)
+	if c.addresses != nil {
+		c.addresses.OnUsageChanged(c.UsageChanged)
 	}
 	logger := klog.FromContext(ctx)
 	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -200,11 +184,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 				n, ok = tomb.Obj.(*samplecrdv2.Network)
 			}
 			if ok {
-				c.written.Delete(n.UID)
-				c.vnis.release(n.UID)
-				if c.agent() {
-					c.gone.Store(cache.MetaObjectToName(n), n.UID)
-				}
+				c.outcome.deleted(n)
 				// Its finalizer removed its backend network, or someone
 				// removed the finalizer: either way nothing waits for it.
 				c.enqueueEntries(c.arbiter.Withdraw(n.UID))
@@ -250,16 +230,10 @@ func needsReconcile(old, cur *samplecrdv2.Network) bool {
 		cur.Status.ObservedGeneration != cur.Generation
 }
 
-// converged reports whether n's status (an agent: its node's report) says
-// its backend network matched its current spec.
+// converged reports whether n, not being deleted, is recorded as having
+// its backend network match its current spec.
 func (c *Controller) converged(n *samplecrdv2.Network) bool {
-	if c.agent() {
-		return n.DeletionTimestamp == nil && c.report.ReadyAt(n.UID) == n.Generation
-	}
-	return n.DeletionTimestamp == nil && n.Status.Backend != nil &&
-		n.Status.ObservedGeneration == n.Generation &&
-		slices.Contains(n.Finalizers, samplecrd.Finalizer) &&
-		meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady)
+	return n.DeletionTimestamp == nil && c.outcome.converged(n)
 }
 
 // watchDrift enqueues the Network of every backend network changed behind
@@ -300,7 +274,7 @@ func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 // and that what its status says was built may still be there, so that no
 // overlapping Network builds until this one's sync has decided about it.
 func (c *Controller) record(n *samplecrdv2.Network) {
-	c.vnis.keep(n.UID, n.Status.VNI)
+	c.outcome.seen(n)
 	c.contend(n)
 	if e, ok := c.builtEntry(n); ok {
 		c.arbiter.MayBePresent(e)

@@ -57,12 +57,10 @@ func (c *Controller) resync(ctx context.Context) {
 		}
 		c.metrics.BackendChanges.WithLabelValues(string(c.backend.Type()), metrics.ChangeSwept).Inc()
 	}
-	if c.agent() {
-		c.report.Retain(func(uid types.UID) bool { _, ok := c.nameForUID(uid); return ok })
-	}
+	c.outcome.retain(func(uid types.UID) bool { _, ok := c.nameForUID(uid); return ok })
 	for _, obj := range c.indexer.List() {
 		n, ok := obj.(*samplecrdv2.Network)
-		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) && c.nodesInSync(n) {
+		if !ok || n.DeletionTimestamp != nil || c.inSync(n, observed) && c.addressesInSync(ctx, n) && c.outcome.readinessInSync(n) {
 			continue
 		}
 		logger.V(2).Info("Backend network differs from the Network; reconciling", "network", klog.KObj(n), "observed", observed[n.UID], "status", n.Status.Backend)
@@ -85,14 +83,7 @@ func (c *Controller) inSync(n *samplecrdv2.Network, observed map[types.UID]backe
 	}
 	// A record without the cluster is adopted by the sync rewriting it.
 	built := ok && o.Cluster == c.cluster && o.Provides(backendNetwork(o.Owner, families))
-	if c.agent() {
-		return built && o.VNI == c.wantVNI(n) && c.report.ReadyAt(n.UID) == n.Generation
-	}
-	if c.nodes != nil {
-		// The agents build; only the status is this controller's.
-		return n.Status.Backend != nil && n.Status.ObservedGeneration == n.Generation
-	}
-	return built && backend.SameStatus(backendRef(n.Status.Backend), &o.Status)
+	return c.outcome.inSync(n, o, built)
 }
 
 // liveNetworkExists asks the API server whether the owner still exists, for

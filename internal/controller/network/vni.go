@@ -11,8 +11,7 @@ const maxVNI = 1<<24 - 1
 
 // vniPool hands out one VNI per Network, the cluster controller being the
 // one writer. It is rebuilt at start from the VNIs the Networks' statuses
-// record, before any sync runs. Only that controller has one: the methods
-// of a nil pool do nothing.
+// record, before any sync runs.
 type vniPool struct {
 	mu    sync.Mutex
 	byUID map[types.UID]int32
@@ -29,7 +28,7 @@ func newVNIPool() *vniPool {
 
 // keep records a VNI a Network's status has, unless another Network has it.
 func (p *vniPool) keep(uid types.UID, vni int32) {
-	if p == nil || vni < 1 || vni > maxVNI {
+	if vni < 1 || vni > maxVNI {
 		return
 	}
 	p.mu.Lock()
@@ -66,9 +65,6 @@ func (p *vniPool) assign(uid types.UID) (int32, bool) {
 
 // release frees uid's VNI.
 func (p *vniPool) release(uid types.UID) {
-	if p == nil {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if vni, ok := p.byUID[uid]; ok {

@@ -63,10 +63,6 @@ type Options struct {
 	Workers int
 	// Resolver reads Networks' specs under the operator's policy.
 	Resolver netspec.Resolver
-	// UsageChanged, if set, is told of each Network whose addresses were
-	// allocated or freed (the Network controller, which shows the counts
-	// in status).
-	UsageChanged func(network cache.ObjectName)
 }
 
 // networkIndex indexes pods by the UIDs of the Networks they hold
@@ -127,10 +123,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	c := &Controller{
 		kube: kube, pods: pods.Lister(), networks: networks.Lister(), recorder: recorder, resolver: o.Resolver,
 		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
-		retired: map[types.UID]bool{}, changed: o.UsageChanged, podIndex: pods.Informer().GetIndexer(),
-	}
-	if c.changed == nil {
-		c.changed = func(cache.ObjectName) {}
+		retired: map[types.UID]bool{}, changed: func(cache.ObjectName) {}, podIndex: pods.Informer().GetIndexer(),
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{networkIndex: podNetworkUIDs}); err != nil {
 		return nil, fmt.Errorf("indexing pods by Network: %w", err)
@@ -165,6 +158,12 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	c.WaitFor(podsHandled.HasSyncedChecker(), networksHandled.HasSyncedChecker())
 	return c, nil
 }
+
+// OnUsageChanged has f told of each Network whose addresses were allocated
+// or freed (the Network controller, which shows the counts in status),
+// instead of the function given before. Call it before Run: the workers
+// read it unguarded.
+func (c *Controller) OnUsageChanged(f func(network cache.ObjectName)) { c.changed = f }
 
 func (c *Controller) enqueuePod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
