@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/install"
@@ -64,10 +65,10 @@ func newCommand() *cobra.Command {
 	// Standalone is for a developer's machine: bridges go into their own
 	// network namespace, so that 192.168.0.0/16 never shadows the host's
 	// routes, and metrics listen on loopback only.
-	opts.Netns = "netop"
-	opts.MetricsAddr = "127.0.0.1:8080"
-	opts.WebhookAddr = "127.0.0.1:9443"
-	opts.WebhookLocal = true
+	opts.Backend.Netns = "netop"
+	opts.Metrics.Addr = "127.0.0.1:8080"
+	opts.Webhooks.Addr = "127.0.0.1:9443"
+	opts.Webhooks.Local = true
 	cmd := &cobra.Command{
 		Use:          "netop-standalone [--data-dir DIR]",
 		Short:        "Run an embedded Kubernetes control plane with the netop operator",
@@ -151,13 +152,13 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if nodeOpts.operator && !multi {
 		var closeBackend func()
 		var err error
-		if be, closeBackend, err = operator.NewBackend(ctx, opts); err != nil {
+		if be, closeBackend, err = backends.New(ctx, opts.Backend, nil); err != nil {
 			return err
 		}
 		defer closeBackend()
-	} else if opts.Netns != "" {
+	} else if opts.Backend.Netns != "" {
 		// The node's pod bridge lives there, made by the backend otherwise.
-		if err := linux.EnsureNetns(opts.Netns); err != nil {
+		if err := linux.EnsureNetns(opts.Backend.Netns); err != nil {
 			return err
 		}
 	}
@@ -179,14 +180,14 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if err := install.Namespace(ctx, cp.AdminConfig(), opts.OperatorNamespace); err != nil {
 		return err
 	}
-	if opts.WebhookCertDir == "" {
-		opts.WebhookCertDir = filepath.Join(cp.DataDir, "webhook")
+	if opts.Webhooks.CertDir == "" {
+		opts.Webhooks.CertDir = filepath.Join(cp.DataDir, "webhook")
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
 	var agents []*operator.Options
 	switch {
 	case multi:
-		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Netns, started)
+		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Backend.Netns, started)
 		if err != nil {
 			return err
 		}
@@ -194,13 +195,13 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		if nodeOpts.operator {
 			for _, n := range nodes {
 				o := *opts
-				o.Role, o.NodeName, o.Netns = operator.RoleAgent, n.name, n.netns
-				o.MetricsAddr, o.WebhookAddr, o.LeaderElect = "0", "0", false
+				o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
+				o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
 				agents = append(agents, &o)
 			}
 		}
 	case nodeOpts.enabled:
-		n, err := startNode(ctx, cp, nodeOpts, node.Config{Name: nodeOpts.name, Kubeconfig: cp.NodeKubeconfigPath, Netns: opts.Netns}, started)
+		n, err := startNode(ctx, cp, nodeOpts, node.Config{Name: nodeOpts.name, Kubeconfig: cp.NodeKubeconfigPath, Netns: opts.Backend.Netns}, started)
 		if err != nil {
 			logger.Error(err, "Running without a node: pods will be stored but not run")
 		} else {
@@ -244,11 +245,11 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		return errors.Join(err, g.Wait())
 	}
 	for _, o := range agents {
-		agent, err := operator.New(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName)), cp.AdminConfig(), o, nil)
+		agent, err := operator.New(klog.NewContext(gctx, logger.WithValues("agent", o.Agent.NodeName)), cp.AdminConfig(), o, nil)
 		if err != nil {
 			return errors.Join(err, g.Wait())
 		}
-		g.Go(func() error { return agent.Run(klog.NewContext(gctx, logger.WithValues("agent", o.NodeName))) })
+		g.Go(func() error { return agent.Run(klog.NewContext(gctx, logger.WithValues("agent", o.Agent.NodeName))) })
 	}
 	return g.Wait()
 }

@@ -18,7 +18,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/migrate"
 	"github.com/netop-dev/netop/internal/operator"
@@ -89,8 +91,8 @@ func newManifestsCommand() *cobra.Command {
 }
 
 func newMigrateStorageCommand(logOpts *logging.Options) *cobra.Command {
-	clientFlags := &operator.ClientConfigFlags{}
-	crd := operator.NetworkCRD
+	clientFlags := &kubeclient.ConfigFlags{}
+	crd := admission.NetworkCRD
 	cmd := &cobra.Command{
 		Use:   "migrate-storage",
 		Short: "Rewrite every stored object of a CRD (Networks) in its storage version, then drop the other versions from its status.storedVersions, as kube-storage-version-migrator does",
@@ -122,7 +124,7 @@ func newMigrateStorageCommand(logOpts *logging.Options) *cobra.Command {
 
 // withCluster sets up logging, reads the client configuration and runs f
 // until it returns or SIGINT or SIGTERM arrives.
-func withCluster(logOpts *logging.Options, clientFlags *operator.ClientConfigFlags, f func(context.Context, *rest.Config) error) error {
+func withCluster(logOpts *logging.Options, clientFlags *kubeclient.ConfigFlags, f func(context.Context, *rest.Config) error) error {
 	logger, err := logOpts.Apply()
 	if err != nil {
 		return err
@@ -138,19 +140,23 @@ func withCluster(logOpts *logging.Options, clientFlags *operator.ClientConfigFla
 }
 
 func newRunCommand(logOpts *logging.Options, role operator.Role, use, short string) *cobra.Command {
-	clientFlags := &operator.ClientConfigFlags{}
+	clientFlags := &kubeclient.ConfigFlags{}
 	opts := operator.NewOptions()
 	opts.Role = role
 	// A controller may have several replicas, as Kubernetes' own
 	// controllers default to; there is one agent per node.
-	opts.LeaderElect = role != operator.RoleAgent
+	opts.Leader.Elect = role != operator.RoleAgent
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return withCluster(logOpts, clientFlags, func(ctx context.Context, cfg *rest.Config) error {
-				return operator.Run(ctx, cfg, opts)
+				op, err := operator.New(ctx, cfg, opts, nil)
+				if err != nil {
+					return err
+				}
+				return op.Run(ctx)
 			})
 		},
 	}

@@ -1,7 +1,8 @@
-// Package agent is what netop's node agent adds to the Network controller
-// on every node of a cluster: the CNI plugin installed on the host with
-// credentials of its own, and the watch that tells when the node left the
-// cluster. The agent's report on its node is package networknode's.
+// Package agent is netop's node agent, the `netop agent` role: on every
+// node of a cluster, the Network controller building the node's bridges
+// and reporting them (in the node's NetworkNode, package networknode), the
+// overlay's peers, the CNI plugin installed on the host with credentials
+// of its own, and the watch that tells when the node left the cluster.
 package agent
 
 import (

@@ -21,7 +21,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -292,5 +295,20 @@ func (s *Sink) written() {
 func (s *Sink) dropped(reason string) {
 	if s.opts.Dropped != nil {
 		s.opts.Dropped(reason)
+	}
+}
+
+// NewRecorder records Events from component through client-go's
+// broadcaster into a Sink writing with client: a client, and so a rate
+// limiter, of their own, since Events are best effort and must not slow
+// the status writes down. stop shuts the broadcaster down, then flushes
+// the Sink.
+func NewRecorder(ctx context.Context, client kubernetes.Interface, scheme *runtime.Scheme, component string, o Options) (recorder record.EventRecorder, stop func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	sink := Start(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, o)
+	broadcaster.StartRecordingToSink(sink)
+	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: component}), func() {
+		broadcaster.Shutdown()
+		sink.Stop()
 	}
 }

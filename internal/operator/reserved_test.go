@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -35,20 +36,15 @@ func TestAllowReservedPrefixesReachesValidation(t *testing.T) {
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
-		set := webhooks(webhookDeps{
-			cidrs:             networks.NewCIDRs(),
-			decoder:           webhook.NewDecoder(scheme),
-			operatorNamespace: o.OperatorNamespace,
-			allowReserved:     o.AllowReservedPrefixes,
-		})
+		set := admission.Webhooks(admission.Deps{OperatorNamespace: o.OperatorNamespace, AllowReservedPrefixes: o.AllowReservedPrefixes}, networks.NewCIDRs())
 		var validate webhook.Handler
 		for _, w := range set.Webhooks {
-			if w.Path == PathValidateNetwork {
+			if w.Path == admission.PathValidateNetwork {
 				validate = w.Handler
 			}
 		}
 		if validate == nil {
-			t.Fatalf("no webhook at %s", PathValidateNetwork)
+			t.Fatalf("no webhook at %s", admission.PathValidateNetwork)
 		}
 		resp := validate.Admit(context.Background(), req)
 		if want := len(args) > 0; resp.Allowed != want {

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -207,13 +207,13 @@ func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	crds := apiextensionsclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions()
-	crd, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	crd, err := crds.Get(t.Context(), admission.NetworkCRD, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	conv := crd.Spec.Conversion
 	if conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil ||
-		conv.Webhook.ClientConfig.URL == nil || *conv.Webhook.ClientConfig.URL != "https://"+webhookAddr+operator.PathConvert || len(conv.Webhook.ClientConfig.CABundle) == 0 {
+		conv.Webhook.ClientConfig.URL == nil || *conv.Webhook.ClientConfig.URL != "https://"+webhookAddr+admission.PathConvert || len(conv.Webhook.ClientConfig.CABundle) == 0 {
 		t.Fatalf("the CRD's conversion is %+v, want the operator's webhook at %s with its CA", conv, webhookAddr)
 	}
 	if _, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), network("kept", "10.123.0.0/24", ""), metav1.CreateOptions{}); err != nil {
@@ -226,13 +226,13 @@ func TestConversionWebhookDownIsAClearError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := "https://" + l.Addr().String() + operator.PathConvert
+	dead := "https://" + l.Addr().String() + admission.PathConvert
 	_ = l.Close()
 	setURL := func(url string) {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"spec": map[string]any{"conversion": map[string]any{"webhook": map[string]any{"clientConfig": map[string]any{"url": url}}}}})
 		// Not t.Context(): the cleanup restores it too, after the test.
-		if _, err := crds.Patch(context.Background(), operator.NetworkCRD, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		if _, err := crds.Patch(context.Background(), admission.NetworkCRD, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -310,14 +310,14 @@ func TestReinstallingCRDsKeepsTheConversionWebhook(t *testing.T) {
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
 	crds := apiextensionsclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions()
-	before, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	before, err := crds.Get(t.Context(), admission.NetworkCRD, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := install.CRDs(t.Context(), env.Config); err != nil {
 		t.Fatal(err)
 	}
-	after, err := crds.Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	after, err := crds.Get(t.Context(), admission.NetworkCRD, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

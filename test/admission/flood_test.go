@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 )
@@ -155,7 +155,7 @@ func TestWebhookFlood(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
 	}, true)
 
-	vwc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), operator.WebhookConfigurationName, metav1.GetOptions{})
+	vwc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), admission.WebhookConfigurationName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestWebhookFlood(t *testing.T) {
 
 	const n, size = 64, 4_000_000
 	body := bigPodReview(t, ns, size)
-	url := "https://" + webhookAddr + operator.PathInjectEnvoyNamespace
+	url := "https://" + webhookAddr + admission.PathInjectEnvoyNamespace
 
 	t.Run("direct", func(t *testing.T) {
 		runtime.GC()

@@ -59,13 +59,13 @@ func startOperator(env *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	opts := operator.NewOptions()
-	opts.Netns = netns
-	opts.MetricsAddr = "0"
-	opts.WebhookAddr = "127.0.0.1:0"
-	opts.WebhookLocal = true
-	opts.WebhookCertDir = certDir
+	opts.Backend.Netns = netns
+	opts.Metrics.Addr = "0"
+	opts.Webhooks.Addr = "127.0.0.1:0"
+	opts.Webhooks.Local = true
+	opts.Webhooks.CertDir = certDir
 	opts.OperatorNamespace = operatorNamespace
-	opts.QPS, opts.Burst = 500, 1000
+	opts.Client.QPS, opts.Client.Burst = 500, 1000
 	op, err := operator.New(ctx, env.Config, opts, nil)
 	if err != nil {
 		cancel()

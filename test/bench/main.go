@@ -51,9 +51,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/install"
-	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
@@ -343,8 +343,8 @@ func (b *bench) purge(ctx context.Context, namespace string) error {
 // namespace no longer calls them (the API server learns of the deletion
 // through a watch).
 func (b *bench) removeWebhooks(ctx context.Context, namespace string) error {
-	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
-	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
+	_ = b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, admission.WebhookConfigurationName, metav1.DeleteOptions{})
+	_ = b.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, admission.WebhookConfigurationName, metav1.DeleteOptions{})
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := b.netop.SamplecrdV1().Networks(namespace).Create(ctx, &samplecrdv1.Network{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe"},

@@ -53,8 +53,8 @@ func controlPlane(t *testing.T, dir string) *controlplane.ControlPlane {
 
 func options(netns string) *operator.Options {
 	o := operator.NewOptions()
-	o.Netns, o.MetricsAddr, o.WebhookAddr, o.InitializeWorkloads = netns, "0", "0", false
-	o.QPS, o.Burst = 500, 1000
+	o.Backend.Netns, o.Metrics.Addr, o.Webhooks.Addr, o.Workloads.Enabled = netns, "0", "0", false
+	o.Client.QPS, o.Client.Burst = 500, 1000
 	return o
 }
 

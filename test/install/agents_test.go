@@ -168,10 +168,10 @@ func TestControllerAndAgents(t *testing.T) {
 	startAgent := func(n *node) {
 		opts := operator.NewOptions()
 		opts.Role = operator.RoleAgent
-		opts.NodeName = n.name
-		opts.Netns = n.netns
+		opts.Agent.NodeName = n.name
+		opts.Backend.Netns = n.netns
 		opts.Namespace = ns
-		opts.MetricsAddr, opts.WebhookAddr, opts.InitializeWorkloads = "0", "0", false
+		opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
 		n.op, n.stop = testenv.StartOperator(t, agentCfg, opts, nil)
 	}
 	for _, n := range nodes {
@@ -181,7 +181,7 @@ func TestControllerAndAgents(t *testing.T) {
 	opts.Role = operator.RoleController
 	opts.Namespace = ns
 	opts.OperatorNamespace = operatorNamespace
-	opts.MetricsAddr, opts.WebhookAddr, opts.InitializeWorkloads = "0", "0", false
+	opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
 	testenv.StartOperator(t, asServiceAccount(env), opts, nil)
 
 	create := func(name, cidr string) *samplecrdv1.Network {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/ssa"
 	"github.com/netop-dev/netop/internal/testing/backendtest"
@@ -216,8 +217,8 @@ func wantAccess(t *testing.T, env *testenv.Env, user string, cases []access) {
 // webhooksRegistered reports whether both of netop's webhook
 // configurations exist.
 func webhooksRegistered(ctx context.Context, env *testenv.Env) (bool, string) {
-	_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
-	_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+	_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
 	return verr == nil && merr == nil, fmt.Sprintf("validating: %v, mutating: %v", verr, merr)
 }
 
@@ -243,9 +244,9 @@ func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
 	}
 
 	opts := operator.NewOptions()
-	opts.MetricsAddr = "0"
-	opts.WebhookAddr = "127.0.0.1:0"
-	opts.WebhookLocal = true
+	opts.Metrics.Addr = "0"
+	opts.Webhooks.Addr = "127.0.0.1:0"
+	opts.Webhooks.Local = true
 	opts.OperatorNamespace = operatorNamespace // the certificate in a Secret there
 	_, stop := testenv.StartOperator(t, cfg, opts, backendtest.New())
 
@@ -274,13 +275,13 @@ func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
 	}
 
 	off := operator.NewOptions()
-	off.MetricsAddr = "0"
-	off.WebhookAddr = "0"
+	off.Metrics.Addr = "0"
+	off.Webhooks.Addr = "0"
 	off.OperatorNamespace = operatorNamespace
 	testenv.StartOperator(t, cfg, off, backendtest.New())
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
-		_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, operator.WebhookConfigurationName, metav1.GetOptions{})
+		_, verr := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+		_, merr := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
 		return apierrors.IsNotFound(verr) && apierrors.IsNotFound(merr), fmt.Sprintf("validating: %v, mutating: %v", verr, merr)
 	})
 	if _, err := nets.Create(t.Context(), newNetwork("admitted", "10.122.0.0/24", ""), metav1.CreateOptions{}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	netopleader "github.com/netop-dev/netop/internal/leader"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,13 +32,13 @@ func TestLeaderElection(t *testing.T) {
 	cfg := asServiceAccount(env)
 	start := func() (*operator.Operator, func()) {
 		opts := operator.NewOptions()
-		opts.MetricsAddr = "0"
-		opts.WebhookAddr = "0"
-		opts.InitializeWorkloads = false
+		opts.Metrics.Addr = "0"
+		opts.Webhooks.Addr = "0"
+		opts.Workloads.Enabled = false
 		opts.Namespace = ns // the backend's changes are this test's Networks'
 		opts.OperatorNamespace = operatorNamespace
-		opts.LeaderElect = true
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 20*time.Second, 15*time.Second, 200*time.Millisecond
+		opts.Leader.Elect = true
+		opts.Leader.LeaseDuration, opts.Leader.RenewDeadline, opts.Leader.RetryPeriod = 20*time.Second, 15*time.Second, 200*time.Millisecond
 		return testenv.StartOperator(t, cfg, opts, be)
 	}
 	type replica struct {
@@ -64,9 +66,9 @@ func TestLeaderElection(t *testing.T) {
 		}
 		return len(who) == 1, fmt.Sprintf("leading: %v", who)
 	})
-	lease, err := env.Kube.CoordinationV1().Leases(operatorNamespace).Get(t.Context(), operator.LeaseName, metav1.GetOptions{})
+	lease, err := env.Kube.CoordinationV1().Leases(operatorNamespace).Get(t.Context(), netopleader.LeaseName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		t.Fatalf("Lease %s/%s: %+v (%v)", operatorNamespace, operator.LeaseName, lease, err)
+		t.Fatalf("Lease %s/%s: %+v (%v)", operatorNamespace, netopleader.LeaseName, lease, err)
 	}
 	holder := *lease.Spec.HolderIdentity
 
@@ -90,7 +92,7 @@ func TestLeaderElection(t *testing.T) {
 		who := leading()
 		return len(who) == 1 && who[0] == 1-leader, fmt.Sprintf("leading: %v (the lease lasts 20s: this must be its release)", who)
 	})
-	lease, err = env.Kube.CoordinationV1().Leases(operatorNamespace).Get(t.Context(), operator.LeaseName, metav1.GetOptions{})
+	lease, err = env.Kube.CoordinationV1().Leases(operatorNamespace).Get(t.Context(), netopleader.LeaseName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == holder {
 		t.Errorf("Lease after the handover: %+v (%v)", lease.Spec.HolderIdentity, err)
 	}

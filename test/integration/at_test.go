@@ -80,7 +80,7 @@ func TestAt(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	opts := operator.NewOptions()
-	opts.MetricsAddr, opts.WebhookAddr, opts.InitializeWorkloads = "0", "0", false
+	opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
 	testenv.StartOperator(t, env.Config, opts, backendtest.New())
 	ats := env.Netop.CnatV1alpha1().Ats(ns)
 

@@ -29,8 +29,8 @@ func TestBuiltinResourcesSpeakProtobuf(t *testing.T) {
 		t.Run(contentType, func(t *testing.T) {
 			ns := env.Namespace(t)
 			opts := operator.NewOptions()
-			opts.MetricsAddr, opts.WebhookAddr, opts.InitializeWorkloads = "0", "0", false
-			opts.KubeAPIContentType = contentType
+			opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
+			opts.Client.ContentType = contentType
 			op, stop := testenv.StartOperator(t, env.Config, opts, backendtest.New())
 			defer stop()
 

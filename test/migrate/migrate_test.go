@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/migrate"
-	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
@@ -43,12 +43,12 @@ func networkCRD(t testing.TB, change func(*apiextensionsv1.CustomResourceDefinit
 		t.Fatal(err)
 	}
 	for _, crd := range crds {
-		if crd.Name == operator.NetworkCRD {
+		if crd.Name == admission.NetworkCRD {
 			change(crd)
 			return crd
 		}
 	}
-	t.Fatalf("no CRD %s in the manifests", operator.NetworkCRD)
+	t.Fatalf("no CRD %s in the manifests", admission.NetworkCRD)
 	return nil
 }
 
@@ -72,7 +72,7 @@ func storedVersions(t *testing.T, env *testenv.Env) map[string]string {
 
 func crdStoredVersions(t *testing.T, crds apiextensionsclient.Interface) []string {
 	t.Helper()
-	crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), operator.NetworkCRD, metav1.GetOptions{})
+	crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), admission.NetworkCRD, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +90,11 @@ func TestStorageMigrationToV2(t *testing.T) {
 
 	// The CRD as it was before v2 existed, made anew: the test binary's
 	// has v2 already.
-	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, operator.NetworkCRD, metav1.DeleteOptions{}); err != nil {
+	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, admission.NetworkCRD, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, operator.NetworkCRD, metav1.GetOptions{})
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, admission.NetworkCRD, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("the CRD is not gone yet: %v", err)
 	})
 	old := networkCRD(t, func(crd *apiextensionsv1.CustomResourceDefinition) {
@@ -155,7 +155,7 @@ func TestStorageMigrationToV2(t *testing.T) {
 	}
 	// v1 cannot leave the CRD while objects may be stored in it.
 	withoutV1 := func() error {
-		crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, operator.NetworkCRD, metav1.GetOptions{})
+		crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, admission.NetworkCRD, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -167,7 +167,7 @@ func TestStorageMigrationToV2(t *testing.T) {
 		t.Fatalf("removing v1 before the migration: %v, want refused for status.storedVersions", err)
 	}
 
-	res, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), operator.NetworkCRD)
+	res, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), admission.NetworkCRD)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestStorageMigrationToV2(t *testing.T) {
 		t.Errorf("removing v1 after the migration: %v", err)
 	}
 
-	again, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), operator.NetworkCRD)
+	again, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), admission.NetworkCRD)
 	if err != nil || !slices.Equal(again.StoredVersions, []string{"v2"}) {
 		t.Errorf("a second migration: %+v, %v", again, err)
 	}
@@ -257,7 +257,7 @@ func BenchmarkListNetworks(b *testing.B) {
 			b.Logf("storage %s: %d creates, %d conversion reviews", storage, created, reviews.Load()-made)
 		}
 		// Every object in the storage version, as after a migration.
-		if _, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), operator.NetworkCRD); err != nil {
+		if _, err := migrate.Storage(ctx, crds, dynamic.NewForConfigOrDie(env.Config), admission.NetworkCRD); err != nil {
 			b.Fatal(err)
 		}
 		for _, read := range []string{"v1", "v2"} {

@@ -49,9 +49,9 @@ func TestMain(m *testing.M) {
 func startOperator(t *testing.T, env *testenv.Env) (*operator.Operator, func()) {
 	t.Helper()
 	opts := operator.NewOptions()
-	opts.MetricsAddr = "0"
-	opts.WebhookAddr = "0"
-	opts.InitializeWorkloads = false
+	opts.Metrics.Addr = "0"
+	opts.Webhooks.Addr = "0"
+	opts.Workloads.Enabled = false
 	opts.CNIKubeconfig = "/etc/cni/net.d/netop.d/test.kubeconfig"
 	return testenv.StartOperator(t, env.Config, opts, backendtest.New())
 }

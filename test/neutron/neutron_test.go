@@ -114,11 +114,11 @@ func newHarness(t *testing.T, srv *neutrontest.Server, resync time.Duration) *ha
 		ResourceBase:   srv.URL + "v2.0/",
 	}
 	h.opts = operator.NewOptions()
-	h.opts.Backend = string(samplecrd.BackendNeutron)
+	h.opts.Backend.Type = string(samplecrd.BackendNeutron)
 	h.opts.Namespace = h.ns
 	h.opts.Resync = resync
-	h.opts.MetricsAddr, h.opts.WebhookAddr, h.opts.InitializeWorkloads = "0", "0", false
-	h.opts.QPS, h.opts.Burst = 500, 1000
+	h.opts.Metrics.Addr, h.opts.Webhooks.Addr, h.opts.Workloads.Enabled = "0", "0", false
+	h.opts.Client.QPS, h.opts.Client.Burst = 500, 1000
 	return h
 }
 

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/plugin"
@@ -97,12 +98,12 @@ func startCNINode(t *testing.T) *cniNode {
 
 	_, ctx := ktesting.NewTestContext(t)
 	opts := operator.NewOptions()
-	opts.Netns = nodeNetns
+	opts.Backend.Netns = nodeNetns
 	opts.Namespace = n.ns
-	opts.MetricsAddr = "0"
-	opts.WebhookAddr = "0"
-	opts.InitializeWorkloads = false
-	be, closeBackend, err := operator.NewBackend(ctx, opts)
+	opts.Metrics.Addr = "0"
+	opts.Webhooks.Addr = "0"
+	opts.Workloads.Enabled = false
+	be, closeBackend, err := backends.New(ctx, opts.Backend, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/backendtest"
@@ -38,17 +39,17 @@ func addresses(ctx context.Context, env *testenv.Env, ns, name string) (*samplec
 func startOperator(t *testing.T, env *testenv.Env) (*operator.Operator, *backendtest.Backend) {
 	t.Helper()
 	opts := operator.NewOptions()
-	opts.MetricsAddr = "0"
-	opts.WebhookAddr = "127.0.0.1:0"
-	opts.WebhookLocal = true
-	opts.WebhookCertDir = t.TempDir()
-	opts.InitializeWorkloads = false
+	opts.Metrics.Addr = "0"
+	opts.Webhooks.Addr = "127.0.0.1:0"
+	opts.Webhooks.Local = true
+	opts.Webhooks.CertDir = t.TempDir()
+	opts.Workloads.Enabled = false
 	// Runs after the operator stopped: the webhooks it registered must
 	// not outlive it, or the next test's Networks are refused.
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(t.Context())
-		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
-		_ = env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, operator.WebhookConfigurationName, metav1.DeleteOptions{})
+		_ = env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, admission.WebhookConfigurationName, metav1.DeleteOptions{})
+		_ = env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, admission.WebhookConfigurationName, metav1.DeleteOptions{})
 	})
 	be := backendtest.New()
 	op, _ := testenv.StartOperator(t, env.Config, opts, be)

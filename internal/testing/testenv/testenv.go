@@ -38,6 +38,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 
+	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
@@ -165,7 +166,7 @@ func ServeConversion(ctx context.Context, cfg *rest.Config) (*ConversionServer, 
 // which registers its own, stopped.
 func (c *ConversionServer) Register(ctx context.Context) error {
 	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.server.Certificate().Raw})
-	return webhook.RegisterConversion(ctx, c.crds, operator.NetworkCRD, webhook.Target{URL: c.server.URL}, operator.PathConvert, caBundle)
+	return webhook.RegisterConversion(ctx, c.crds, admission.NetworkCRD, webhook.Target{URL: c.server.URL}, admission.PathConvert, caBundle)
 }
 
 // Close stops the server.
@@ -237,7 +238,7 @@ func StartOperator(t testing.TB, cfg *rest.Config, opts *operator.Options, be ba
 		t.Fatal(err)
 	}
 	run := RunOperator(t, ctx, op)
-	if opts.WebhookAddr == "0" || shared == nil {
+	if opts.Webhooks.Addr == "0" || shared == nil {
 		return op, run
 	}
 	// The operator registers its own conversion webhook, which goes with

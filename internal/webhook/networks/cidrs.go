@@ -45,6 +45,10 @@ func (c *CIDRs) Watch(informer cache.SharedIndexInformer) error {
 // HasSynced reports whether the informer's initial list is in the index.
 func (c *CIDRs) HasSynced() bool { return c.handler == nil || c.handler.HasSynced() }
 
+// HasSyncedChecker is done once the informer's initial list is in the
+// index; call it after Watch.
+func (c *CIDRs) HasSyncedChecker() cache.DoneChecker { return c.handler.HasSyncedChecker() }
+
 func (c *CIDRs) set(obj any) {
 	if n, ok := obj.(*samplecrdv2.Network); ok {
 		c.Set(n)

@@ -1,4 +1,4 @@
-package operator
+package kubeclient
 
 import (
 	"fmt"
@@ -46,7 +46,7 @@ func BenchmarkInformerCacheBytesPerNetwork(b *testing.B) {
 		transform func(any) (any, error)
 	}{
 		{"untrimmed", func(o any) (any, error) { return o, nil }},
-		{"trimmed", dropManagedFields},
+		{"trimmed", DropManagedFields},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			const count = 2000

@@ -1,14 +1,13 @@
-package operator
+package admission
 
 import (
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/sidecar/pods"
@@ -46,26 +45,7 @@ const (
 	PathDeploymentNetwork = "/deployment-network"
 )
 
-// webhookDeps is what netop's admission handlers read.
-type webhookDeps struct {
-	cidrs             *networks.CIDRs
-	templates         corelisters.ConfigMapLister
-	recorder          record.EventRecorder
-	decoder           *webhook.Decoder
-	operatorNamespace string
-	// allowReserved: --allow-reserved-prefixes.
-	allowReserved bool
-	// allowPrivilegedTemplates: --allow-privileged-templates.
-	allowPrivilegedTemplates bool
-	// addresses: who holds Networks' addresses.
-	addresses networks.AddressHolders
-	// networks is the Network cache; with deploymentNetworks
-	// (--deployment-networks) annotated Deployments join their Network.
-	networks           samplecrdlisters.NetworkLister
-	deploymentNetworks bool
-}
-
-// webhooks is netop's table of admission webhooks: each handler with its
+// Webhooks is netop's table of admission webhooks: each handler with its
 // path, rules, selectors and failure policy.
 //
 // Failure policies, chosen so that a webhook outage never deadlocks the
@@ -98,10 +78,10 @@ type webhookDeps struct {
 //     pod template. Only those are sent (a matchCondition). It fails open
 //     (Ignore): the Deployment network controller lists it where admission
 //     did not (one more rollout).
-func webhooks(d webhookDeps) webhook.Set {
+func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 	excluded := metav1.LabelSelectorRequirement{
 		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
-		Values: []string{"kube-system", d.operatorNamespace},
+		Values: []string{"kube-system", d.OperatorNamespace},
 	}
 	notExcluded := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{excluded}}
 	networkRule := []admissionregistrationv1.RuleWithOperations{{
@@ -173,13 +153,13 @@ func webhooks(d webhookDeps) webhook.Set {
 		Expression: "has(object.metadata.annotations) && ('" + samplecrd.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
 			samplecrd.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
 	}}
-	netAdmission := &networks.Admission{CIDRs: d.cidrs, Decoder: d.decoder,
-		Resolver: netspec.Resolver{AllowReserved: d.allowReserved}, Addresses: d.addresses}
-	templates := envoy.Finder{ConfigMaps: d.templates, OperatorNamespace: d.operatorNamespace, AllowPrivileged: d.allowPrivilegedTemplates}
-	injector := &pods.Injector{Templates: templates, Recorder: d.recorder}
+	netAdmission := &networks.Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(kubeclient.Scheme),
+		Resolver: netspec.Resolver{AllowReserved: d.AllowReservedPrefixes}, Addresses: d.Addresses}
+	templates := envoy.Finder{ConfigMaps: d.Templates, OperatorNamespace: d.OperatorNamespace, AllowPrivileged: d.AllowPrivilegedTemplates}
+	injector := &pods.Injector{Templates: templates, Recorder: d.Recorder}
 	namespaceInjector := *injector
 	namespaceInjector.NamespaceOptIn = true
-	workloadInjector := &workloads.Injector{Templates: templates, Recorder: d.recorder}
+	workloadInjector := &workloads.Injector{Templates: templates, Recorder: d.Recorder}
 
 	set := webhook.Set{Name: WebhookConfigurationName, Webhooks: []webhook.Webhook{{
 		Name:    "networks.validate.samplecrd.k8s.io",
@@ -247,11 +227,11 @@ func webhooks(d webhookDeps) webhook.Set {
 			{Key: envoy.NamespaceLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{envoy.NamespaceLabelDisabled}},
 		}},
 	}}}
-	if d.deploymentNetworks {
+	if d.DeploymentNetworks {
 		set.Webhooks = append(set.Webhooks, webhook.Webhook{
 			Name:     "deployments.network.samplecrd.k8s.io",
 			Path:     PathDeploymentNetwork,
-			Handler:  webhook.HandlerFunc((&deployments.Attacher{Networks: d.networks}).Admit),
+			Handler:  webhook.HandlerFunc((&deployments.Attacher{Networks: samplecrdlisters.NewNetworkLister(d.Networks.GetIndexer())}).Admit),
 			Mutating: true,
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},

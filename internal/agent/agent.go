@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/config"
+	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controller/network"
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/networknode"
+	"github.com/netop-dev/netop/internal/rungroup"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
+)
+
+// Options are the agent's flags: its node and the CNI plugin it installs.
+type Options struct {
+	// NodeName is the agent's node; Pod its pod, if it runs in one.
+	NodeName string
+	Pod      string
+	// InstallCNI makes the agent install the CNI plugin on its host: the
+	// binary into CNIBinDir and credentials of the service account
+	// CNIServiceAccount (in the operator's namespace) renewed every
+	// CNITokenLifetime.
+	InstallCNI        bool
+	CNIBinDir         string
+	CNIServiceAccount string
+	CNITokenLifetime  time.Duration
+}
+
+// NewOptions returns the defaults, where the manifests mount the host's
+// directories and the downward API names the node and the pod.
+func NewOptions() Options {
+	return Options{
+		NodeName:          os.Getenv("NODE_NAME"),
+		Pod:               os.Getenv("POD_NAME"),
+		CNIBinDir:         config.DefaultCNIBinDir,
+		CNIServiceAccount: "netop-cni",
+		CNITokenLifetime:  24 * time.Hour,
+	}
+}
+
+// AddFlags registers the agent's flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent runs on, as its Node object is named. Defaults to $NODE_NAME (the downward API's spec.nodeName).")
+	fs.BoolVar(&o.InstallCNI, "install-cni", o.InstallCNI, "Install netop's CNI plugin on the host: this binary as netop-cni in --cni-bin-dir, and at --cni-kubeconfig the plugin's kubeconfig with tokens of --cni-service-account, renewed before they expire.")
+	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
+	fs.StringVar(&o.CNIServiceAccount, "cni-service-account", o.CNIServiceAccount, "Service account in --operator-namespace whose tokens the CNI plugin reads pods with (--install-cni).")
+	fs.DurationVar(&o.CNITokenLifetime, "cni-token-lifetime", o.CNITokenLifetime, "How long each of the CNI plugin's tokens is valid (--install-cni); renewed at 80% of it.")
+}
+
+// Validate checks the options; cniKubeconfig is where the plugin's
+// credentials go (--cni-kubeconfig).
+func (o *Options) Validate(cniKubeconfig string) error {
+	switch {
+	case o.NodeName == "":
+		return errors.New("--node-name (or $NODE_NAME) is required: the agent reports on its node")
+	case o.InstallCNI && (o.CNIBinDir == "" || cniKubeconfig == "" || o.CNIServiceAccount == ""):
+		return errors.New("--install-cni needs --cni-bin-dir, --cni-kubeconfig and --cni-service-account")
+	case o.InstallCNI && o.CNITokenLifetime < 10*time.Minute:
+		return fmt.Errorf("--cni-token-lifetime %v: the API server issues tokens for at least 10m", o.CNITokenLifetime)
+	}
+	return nil
+}
+
+// Deps is what the agent is built from: the operator's shared clients,
+// the Network informer and the node's backend, with its overlay.
+type Deps struct {
+	Config   *rest.Config
+	Kube     kubernetes.Interface
+	Client   versioned.Interface
+	Networks samplecrdinformers.NetworkInformer
+	Backend  backend.Backend
+	// Overlay is the node on the underlay (Overlay), nil without one.
+	Overlay  *linux.Overlay
+	Recorder record.EventRecorder
+	Metrics  *metrics.Metrics
+	// Network tunes the agent's Network controller; its outcome is the
+	// agent's.
+	Network network.Options
+	// OperatorNamespace holds the CNI plugin's service account;
+	// CNIKubeconfig is where its credentials go.
+	OperatorNamespace, CNIKubeconfig string
+	Resync                           time.Duration
+}
+
+// Agent is one node's part of netop: the Network controller building the
+// node's bridges and reporting them in the node's NetworkNode, the
+// overlay's peers, the CNI plugin on the host, and the watch that tells
+// when the node left the cluster. It writes no Network, serves no webhook
+// and needs no leader: each node has one.
+type Agent struct {
+	node       string
+	kube       kubernetes.Interface
+	backend    backend.Backend
+	cluster    string
+	report     *networknode.Report
+	controller *network.Controller
+	// nodes are the peers' Nodes, for the overlay; nil without one.
+	nodes kubeinformers.SharedInformerFactory
+	// cni installs the CNI plugin on the host (--install-cni).
+	cni *CNIInstall
+}
+
+// reportDelay coalesces the report's writes: a burst of Networks costs
+// one write.
+const reportDelay = time.Second
+
+// New configures the agent of node o.NodeName.
+func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
+	a := &Agent{node: o.NodeName, kube: d.Kube, backend: d.Backend, cluster: d.Network.Cluster}
+	if o.InstallCNI {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("--install-cni: find this binary: %w", err)
+		}
+		ca := d.Config.CAData
+		if len(ca) == 0 && d.Config.CAFile != "" {
+			if ca, err = os.ReadFile(d.Config.CAFile); err != nil {
+				return nil, fmt.Errorf("--install-cni: the API server's CA: %w", err)
+			}
+		}
+		a.cni = &CNIInstall{Executable: exe, BinDir: o.CNIBinDir, Kubeconfig: d.CNIKubeconfig, Server: d.Config.Host, CAData: ca,
+			Namespace: d.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, TokenLifetime: o.CNITokenLifetime, Kube: d.Kube}
+	}
+	a.report = networknode.NewReport(d.Client, d.Kube, o.NodeName, o.Pod, reportDelay)
+	if err := a.report.Load(ctx); err != nil {
+		return nil, err
+	}
+	opts := d.Network
+	opts.Outcome = network.Agent(a.report, d.Overlay != nil)
+	var err error
+	if a.controller, err = network.New(ctx, d.Client, d.Networks, d.Backend, d.Recorder, d.Metrics, opts); err != nil {
+		return nil, err
+	}
+	if d.Overlay != nil {
+		if err := a.followPeers(ctx, d.Overlay, d.Resync); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// followPeers keeps the overlay's peers the other Nodes' InternalIPs; when
+// they change, every Network's flooding entries follow.
+func (a *Agent) followPeers(ctx context.Context, overlay *linux.Overlay, resync time.Duration) error {
+	a.nodes = kubeinformers.NewSharedInformerFactoryWithOptions(a.kube, resync, kubeinformers.WithTransform(trimNode))
+	nodes := a.nodes.Core().V1().Nodes()
+	update := func(any) {
+		list, err := nodes.Lister().List(labels.Everything())
+		if err != nil {
+			return
+		}
+		var peers []netip.Addr
+		for _, node := range list {
+			if ip, err := netip.ParseAddr(nodeInternalIP(node)); err == nil && node.Name != a.node {
+				peers = append(peers, ip)
+			}
+		}
+		if overlay.SetPeers(peers) {
+			klog.FromContext(ctx).Info("Overlay peers changed", "peers", len(peers))
+			a.controller.EnqueueAll()
+		}
+	}
+	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, cur any) { update(cur) },
+		DeleteFunc: update,
+	})
+	a.controller.WaitFor(nodes.Informer().HasSyncedChecker())
+	return err
+}
+
+// Overlay is the overlay of node: its InternalIP, as its kubelet reports
+// it, is where the VXLAN packets of every Network leave from. A node
+// without one runs no overlay (nil).
+func Overlay(ctx context.Context, kube kubernetes.Interface, node string) (*linux.Overlay, error) {
+	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent's Node %s: %w", node, err)
+	}
+	local, err := netip.ParseAddr(nodeInternalIP(n))
+	if err != nil {
+		klog.FromContext(ctx).Info("The node has no InternalIP: its bridges join no other node's", "node", node)
+		return nil, nil //nolint:nilerr // no overlay is a working configuration
+	}
+	return &linux.Overlay{Local: local}, nil
+}
+
+// nodeInternalIP is the node's InternalIP, as kubelets report it, or "".
+func nodeInternalIP(node *corev1.Node) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// trimNode keeps of a Node its name and addresses: the agent's peers.
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion},
+		Status: corev1.NodeStatus{Addresses: node.Status.Addresses}}, nil
+}
+
+// HasSyncedChecker is done once the Network controller has every Network.
+func (a *Agent) HasSyncedChecker() cache.DoneChecker { return a.controller.HasSyncedChecker() }
+
+// Ready says why the agent is not ready, or nil: with --install-cni, pods
+// on the node cannot be attached before the plugin is in place.
+func (a *Agent) Ready() error {
+	if a.cni != nil && !a.cni.Installed() {
+		return errors.New("the CNI plugin is not installed yet")
+	}
+	return nil
+}
+
+// errNodeRemoved stops the agent's parts when its Node was deleted.
+var errNodeRemoved = errors.New("the node was removed from the cluster")
+
+// Run runs the agent until ctx is done or its Node is deleted; then it
+// removes the node's networks and returns nil.
+func (a *Agent) Run(ctx context.Context) error {
+	parent := ctx
+	g, ctx := rungroup.New(ctx)
+	run := g.Run
+	if a.nodes != nil {
+		a.nodes.Start(ctx.Done())
+		defer a.nodes.Shutdown()
+	}
+	run("node report", a.report.Run)
+	if a.cni != nil {
+		run("CNI plugin install", a.cni.Run)
+	}
+	run("network controller", a.controller.Run)
+	run("node removal watch", func(ctx context.Context) error {
+		removed, err := WaitNodeRemoved(ctx, a.kube, a.node)
+		if removed {
+			return errNodeRemoved
+		}
+		return err
+	})
+	err := g.Wait()
+	if errors.Is(err, errNodeRemoved) {
+		return a.removeNodeNetworks(parent)
+	}
+	return err
+}
+
+// removeNodeNetworks removes this cluster's backend networks from the
+// node whose Node was deleted: the node left the cluster, and nothing
+// would ever sweep them. Other clusters' networks stay.
+func (a *Agent) removeNodeNetworks(ctx context.Context) error {
+	owned, err := a.backend.ListOwned(ctx)
+	if err != nil {
+		return fmt.Errorf("node removed: listing its networks: %w", err)
+	}
+	var errs []error
+	removed := 0
+	for _, o := range owned {
+		if o.Cluster != a.cluster {
+			continue
+		}
+		if err := a.backend.Delete(ctx, o.Owner, &o.Status); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	klog.FromContext(ctx).Info("Node removed from the cluster: removed its networks", "node", a.node, "removed", removed)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node removed: removing its networks: %w", err)
+	}
+	return nil
+}
