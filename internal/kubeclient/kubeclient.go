@@ -1,10 +1,13 @@
-// Package kubeclient configures netop's clients of the built-in resources
-// (pods, deployments, configmaps, events, leases, nodes) to speak
-// protobuf, as Kubernetes' own components do (their
-// --kube-api-content-type): it is smaller on the wire and cheaper to
-// encode and decode than JSON. Custom resources (Networks, and the
-// NetworkAttachmentDefinitions of the dynamic client) have no protobuf
-// encoding, so their clients keep the configuration's JSON.
+// Package kubeclient is how netop talks to the API server: where the
+// cluster is (ConfigFlags), the clients' options, the scheme of the types
+// netop reads and writes, the cluster's identity, and the informer
+// transforms that keep the caches small. Clients of the built-in resources
+// (pods, deployments, configmaps, events, leases, nodes) speak protobuf, as
+// Kubernetes' own components do (their --kube-api-content-type): it is
+// smaller on the wire and cheaper to encode and decode than JSON. Custom
+// resources (Networks, and the NetworkAttachmentDefinitions of the dynamic
+// client) have no protobuf encoding, so their clients keep the
+// configuration's JSON.
 package kubeclient
 
 import (
