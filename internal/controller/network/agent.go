@@ -100,12 +100,8 @@ func (o *agentOutcome) holdDeletion(_ context.Context, n *samplecrdv2.Network) (
 	return n, nil
 }
 
-// setVNI gives want the VNI the controller gave n, if the node is on an
-// overlay.
-func (o *agentOutcome) setVNI(n *samplecrdv2.Network, want *backend.Network) bool {
-	want.VNI = o.vni(n)
-	return true
-}
+// setVNI is the VNI the controller gave n, if the node is on an overlay.
+func (o *agentOutcome) setVNI(n *samplecrdv2.Network) (uint32, bool) { return o.vni(n), true }
 
 // vni is the VNI the node joins n's bridges by: the one the controller gave
 // n, if the node is on an overlay.

@@ -69,13 +69,13 @@ func (o *clusterOutcome) deleting(ctx context.Context, n *samplecrdv2.Network) e
 }
 
 // setVNI gives n its VNI, by which the agents' bridges join one another.
-// want needs none: the agents' backend builds nothing.
-func (o *clusterOutcome) setVNI(n *samplecrdv2.Network, _ *backend.Network) bool {
+// The agents' backend needs none: it builds nothing.
+func (o *clusterOutcome) setVNI(n *samplecrdv2.Network) (uint32, bool) {
 	vni, ok := o.vnis.assign(n.UID)
 	if ok {
 		n.Status.VNI = vni
 	}
-	return ok
+	return 0, ok
 }
 
 // readiness puts the nodes' readiness in n's status: n is Ready once it is

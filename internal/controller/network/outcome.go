@@ -52,9 +52,11 @@ type Outcome interface {
 	// finalizer), if it is the one to delete the backend network, and
 	// returns n as it then is.
 	holdDeletion(ctx context.Context, n *samplecrdv2.Network) (*samplecrdv2.Network, error)
-	// setVNI gives want the VNI its bridges join the other nodes' by, and
-	// n the VNI the Network is given; false when none is left to give.
-	setVNI(n *samplecrdv2.Network, want *backend.Network) bool
+	// setVNI gives n the VNI the Network is given, and returns the VNI
+	// its bridges join the other nodes' by; false when none is left to
+	// give. (A value, not a pointer to the backend network: through an
+	// interface that would move it to the heap on every sync.)
+	setVNI(n *samplecrdv2.Network) (vni uint32, ok bool)
 	// readiness is the Ready condition of n, whose backend network is
 	// provisioned as the message provisioned says, and puts in n's status
 	// what it follows from.
@@ -124,7 +126,7 @@ func (o *statusOutcome) holdDeletion(ctx context.Context, n *samplecrdv2.Network
 }
 
 // setVNI gives none: alone, the bridges join no other node's.
-func (o *statusOutcome) setVNI(*samplecrdv2.Network, *backend.Network) bool { return true }
+func (o *statusOutcome) setVNI(*samplecrdv2.Network) (uint32, bool) { return 0, true }
 
 func (o *statusOutcome) readiness(_ *samplecrdv2.Network, provisioned string) (metav1.ConditionStatus, string, string) {
 	return provisionedReady(provisioned)

@@ -71,7 +71,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	}
 
 	want := backendNetwork(c.owner(n), families)
-	if !c.outcome.setVNI(n, &want) {
+	var ok bool
+	if want.VNI, ok = c.outcome.setVNI(n); !ok {
 		return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonBackendError, "every VXLAN network identifier is taken", n.Status.Backend)
 	}
 	res, err := c.backend.Ensure(ctx, want, backendRef(n.Status.Backend))
