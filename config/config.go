@@ -1,7 +1,7 @@
 // Package config embeds the manifests under config/ (the CRDs that
 // controller-gen makes from the API types, and the namespace, RBAC, the
-// controller Deployment and the agent DaemonSet for running netop in a
-// cluster), so that the binaries can
+// admission policies, the controller Deployment and the agent DaemonSet
+// for running netop in a cluster), so that the binaries can
 // install and print exactly the manifests they were built with.
 package config
 
@@ -13,11 +13,12 @@ import (
 	"sort"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed crd/*.yaml namespace/*.yaml rbac/*.yaml manager/*.yaml
+//go:embed crd/*.yaml namespace/*.yaml rbac/*.yaml policy/*.yaml manager/*.yaml
 var files embed.FS
 
 // CRDs returns the CustomResourceDefinitions of netop's API.
@@ -31,6 +32,37 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 		crds = append(crds, crd)
 	}
 	return crds, nil
+}
+
+// Policies returns the admission policies (policy/): the
+// ValidatingAdmissionPolicies and their bindings that the API server
+// enforces without netop in the path.
+func Policies() ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	var policies []*admissionregistrationv1.ValidatingAdmissionPolicy
+	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, doc := range documents("policy") {
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &kind); err != nil {
+			return nil, nil, fmt.Errorf("decoding embedded policy: %w", err)
+		}
+		var err error
+		switch kind.Kind {
+		case "ValidatingAdmissionPolicy":
+			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			err = yaml.UnmarshalStrict(doc, p)
+			policies = append(policies, p)
+		case "ValidatingAdmissionPolicyBinding":
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			err = yaml.UnmarshalStrict(doc, b)
+			bindings = append(bindings, b)
+		default:
+			err = fmt.Errorf("unexpected kind %q", kind.Kind)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("decoding embedded policy: %w", err)
+		}
+	}
+	return policies, bindings, nil
 }
 
 // DefaultImage is the image the manifests name unless told another.
@@ -70,7 +102,7 @@ func All(o Options) []byte {
 	}
 	replacer := strings.NewReplacer(replace...)
 	var out bytes.Buffer
-	for _, dir := range []string{"crd", "namespace", "rbac", "manager"} {
+	for _, dir := range []string{"crd", "namespace", "rbac", "policy", "manager"} {
 		for _, doc := range documents(dir) {
 			if dir == "manager" {
 				doc = []byte(replacer.Replace(string(doc)))

@@ -27,3 +27,23 @@ func TestAllOptions(t *testing.T) {
 		}
 	}
 }
+
+// The embedded policies decode strictly, each bound, and ship in the
+// manifests.
+func TestPolicies(t *testing.T) {
+	policies, bindings, err := Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(policies) == 0 || len(policies) != len(bindings) {
+		t.Fatalf("%d policies, %d bindings", len(policies), len(bindings))
+	}
+	for i, p := range policies {
+		if bindings[i].Spec.PolicyName != p.Name {
+			t.Errorf("binding %s binds %q, want %q", bindings[i].Name, bindings[i].Spec.PolicyName, p.Name)
+		}
+		if !strings.Contains(string(All(Options{})), "name: "+p.Name) {
+			t.Errorf("manifests lack policy %s", p.Name)
+		}
+	}
+}

@@ -180,6 +180,9 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if err := install.Namespace(ctx, cp.AdminConfig(), opts.OperatorNamespace); err != nil {
 		return err
 	}
+	if err := install.Policies(ctx, cp.AdminConfig()); err != nil {
+		return err
+	}
 	if opts.Webhooks.CertDir == "" {
 		opts.Webhooks.CertDir = filepath.Join(cp.DataDir, "webhook")
 	}

@@ -1,5 +1,6 @@
-// Package install puts netop's CustomResourceDefinitions into a cluster and
-// waits until the API server serves them, for netop-standalone and the tests.
+// Package install puts netop's CustomResourceDefinitions (waiting until the
+// API server serves them) and admission policies into a cluster, for
+// netop-standalone and the tests.
 package install
 
 import (

@@ -21,11 +21,81 @@ import (
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
 const agentServiceAccount = "system:serviceaccount:" + operatorNamespace + ":netop-agent"
+
+// nodeClaim is the user info extra of a token bound to a pod: its node.
+const nodeClaim = "authentication.kubernetes.io/node-name"
+
+// asAgent is env's configuration impersonating the agent of node, as the
+// token kubelet projects into the agent's pod authenticates it; "" for a
+// token bound to no node.
+func asAgent(env *testenv.Env, node string) *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentServiceAccount, Groups: serviceAccountGroups}
+	if node != "" {
+		cfg.Impersonate.Extra = map[string][]string{nodeClaim: {node}}
+	}
+	return cfg
+}
+
+// Issue 33: an agent speaks only for its own node. The API server, by
+// netop's ValidatingAdmissionPolicy (no webhook in the path), lets an
+// agent create and update its own node's NetworkNode and refuses it
+// another node's, with or without a node claim; others (the controller,
+// an administrator) are not concerned.
+func TestAgentWritesOnlyItsOwnNetworkNode(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ctx := t.Context()
+	suffix := strings.ToLower(nettest.NetnsName(""))
+	own, other := "own-"+suffix, "other-"+suffix
+	agent, err := versioned.NewForConfig(asAgent(env, own))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, err := versioned.NewForConfig(asAgent(env, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := agent.NetopV1alpha1().NetworkNodes()
+	t.Cleanup(func() {
+		for _, name := range []string{own, other} {
+			_ = env.Netop.NetopV1alpha1().NetworkNodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	})
+	// The policy takes a moment to be enforced once created.
+	var refused error
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, refused = nodes.Create(ctx, &netopv1alpha1.NetworkNode{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{})
+		return apierrors.IsForbidden(refused) || apierrors.IsInvalid(refused), fmt.Sprintf("creating another node's NetworkNode: %v", refused)
+	})
+	if !strings.Contains(refused.Error(), "the agent of node "+own+" may write only its own NetworkNode, not "+other) {
+		t.Errorf("refusal %q does not say why", refused)
+	}
+	mine, err := nodes.Create(ctx, &netopv1alpha1.NetworkNode{ObjectMeta: metav1.ObjectMeta{Name: own}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating its own NetworkNode: %v", err)
+	}
+	if mine, err = nodes.UpdateStatus(ctx, mine, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("updating its own NetworkNode's status: %v", err)
+	}
+	theirs, err := env.Netop.NetopV1alpha1().NetworkNodes().Create(ctx, &netopv1alpha1.NetworkNode{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("an administrator creating a node's NetworkNode: %v", err)
+	}
+	if _, err := nodes.UpdateStatus(ctx, theirs, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("updating another node's NetworkNode's status: %v, want refused", err)
+	}
+	if _, err := unbound.NetopV1alpha1().NetworkNodes().UpdateStatus(ctx, mine, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "has none") {
+		t.Errorf("updating with a token bound to no node: %v, want refused for the missing node claim", err)
+	}
+}
 
 // node is one node of the test: a Node object, a network namespace that
 // stands for its host, and its agent.
@@ -147,8 +217,6 @@ func TestControllerAndAgents(t *testing.T) {
 	nets := env.Netop.SamplecrdV1().Networks(ns)
 	ctx := t.Context()
 
-	agentCfg := rest.CopyConfig(env.Config)
-	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: agentServiceAccount, Groups: serviceAccountGroups}
 	nodes := make([]*node, 3)
 	addrs := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
 	suffix := strings.ToLower(nettest.NetnsName(""))
@@ -172,7 +240,7 @@ func TestControllerAndAgents(t *testing.T) {
 		opts.Backend.Netns = n.netns
 		opts.Namespace = ns
 		opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
-		n.op, n.stop = testenv.StartOperator(t, agentCfg, opts, nil)
+		n.op, n.stop = testenv.StartOperator(t, asAgent(env, n.name), opts, nil)
 	}
 	for _, n := range nodes {
 		startAgent(n)
