@@ -143,6 +143,14 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 	if err != nil {
 		return res, err
 	}
+	if res.Action == backend.ActionCreated || link.Attrs().Group != BridgeGroup {
+		// A new bridge, or one of a netop from before isolation: a
+		// bridge already in the group has its element, or the drift
+		// watch and the resync put it back.
+		if err := b.isolation.add(b.nl.LinkList, link.Attrs().Index); err != nil {
+			return res, err
+		}
+	}
 	if res.Action == backend.ActionNone {
 		logger.V(5).Info("Bridge is up to date")
 	}
@@ -163,7 +171,7 @@ func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error)
 	// addresses; see setUp). Pods' multicast is flooded, as a snooping
 	// bridge without a querier floods it anyway.
 	snooping := false
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}, MulticastSnooping: &snooping}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Group: BridgeGroup}, MulticastSnooping: &snooping}
 	err := b.nl.LinkAdd(br)
 	if errors.Is(err, unix.EEXIST) {
 		return nil, nil // converge decides whether it is ours
@@ -212,6 +220,15 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		}
 		changed = true
 		logger.Info("Marked bridge as owned", "oldAlias", attrs.Alias, "alias", wantAlias)
+	}
+
+	if attrs.Group != BridgeGroup {
+		// The isolation rules know netop's bridges by their group.
+		if err := b.nl.LinkSetGroup(link, BridgeGroup); err != nil {
+			return changed, fmt.Errorf("set the interface group of bridge %s: %w", name, err)
+		}
+		changed = true
+		logger.V(2).Info("Set the bridge's interface group", "group", BridgeGroup)
 	}
 
 	families := want.Families
@@ -436,6 +453,13 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 		return fmt.Errorf("delete bridge %s: %w", name, err)
 	}
 	logger.Info("Deleted bridge")
+	if link.Attrs().Group == BridgeGroup {
+		// A stale element is harmless (it names an index no bridge has)
+		// and the resync rewrites the set: the bridge is gone either way.
+		if err := b.isolation.remove(b.nl.LinkList, link.Attrs().Index); err != nil {
+			logger.Error(err, "Removing the bridge from the isolation rules failed; the resync does")
+		}
+	}
 	return nil
 }
 
@@ -466,6 +490,12 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 			continue
 		}
 		byLink[a.LinkIndex] = append(byLink[a.LinkIndex], a)
+	}
+	bridges := bridgesOf(links)
+	if repaired, err := b.isolation.sync(bridges); err != nil {
+		klog.FromContext(ctx).Error(err, "Checking the isolation rules failed", "netns", b.netnsName)
+	} else if repaired {
+		klog.FromContext(ctx).Info("Repaired the isolation rules", "netns", b.netnsName, "table", IsolationTable, "bridges", len(bridges))
 	}
 	var observed []backend.Observed
 	for _, l := range links {

@@ -57,6 +57,9 @@ type Backend struct {
 	// ipv6SysctlUnavailable is set once writing a link's IPv6 sysctl
 	// failed for a reason that holds for every link.
 	ipv6SysctlUnavailable atomic.Bool
+	// isolation keeps the bridges apart from one another and from the
+	// node (isolation.go).
+	isolation *isolation
 }
 
 // netlinkOps is the part of *netlink.Handle that the backend uses.
@@ -68,6 +71,7 @@ type netlinkOps interface {
 	LinkAdd(link netlink.Link) error
 	LinkDel(link netlink.Link) error
 	LinkSetAlias(link netlink.Link, alias string) error
+	LinkSetGroup(link netlink.Link, group int) error
 	LinkSetUp(link netlink.Link) error
 	LinkSetIP6AddrGenMode(link netlink.Link, mode int) error
 	AddrAdd(link netlink.Link, addr *netlink.Addr) error
@@ -117,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		logger.Info("This kernel refuses NETLINK_GET_STRICT_CHK: each bridge check lists every address of the namespace, which slows down with many bridges", "netns", cfg.Netns)
 	}
 	logger.V(2).Info("Linux bridge backend ready", "netns", cfg.Netns)
-	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h, overlay: cfg.Overlay}, nil
+	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h, overlay: cfg.Overlay, isolation: &isolation{ns: ns}}, nil
 }
 
 // Close releases the netlink handle and the namespace. The backend must not

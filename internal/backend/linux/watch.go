@@ -92,7 +92,13 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) e
 		return fmt.Errorf("subscribe to address changes: %w", err)
 	}
 	addrStarted = true
-	logger.V(2).Info("Watching bridges for drift")
+	// The isolation rules are repaired where they are watched: they are
+	// every Network's, not one owner's to enqueue.
+	isolationCtx, stopIsolation := context.WithCancel(ctx)
+	defer stopIsolation()
+	isolationErr := make(chan error, 1)
+	go func() { isolationErr <- b.watchIsolation(isolationCtx) }()
+	logger.V(2).Info("Watching bridges and their isolation rules for drift")
 
 	// Address updates carry only an interface index. Which indexes are
 	// ours is learnt from link updates, or looked up once on a miss, so
@@ -107,6 +113,9 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(backend.Owner)) e
 		select {
 		case <-ctx.Done():
 			return nil
+
+		case err := <-isolationErr:
+			return err
 
 		case u, ok := <-linkCh:
 			if !ok {
