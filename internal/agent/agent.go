@@ -98,7 +98,6 @@ type Deps struct {
 	// OperatorNamespace holds the CNI plugin's service account;
 	// CNIKubeconfig is where its credentials go.
 	OperatorNamespace, CNIKubeconfig string
-	Resync                           time.Duration
 }
 
 // Agent is one node's part of netop: the Network controller building the
@@ -151,7 +150,7 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 		return nil, err
 	}
 	if d.Overlay != nil {
-		if err := a.followPeers(ctx, d.Overlay, d.Resync); err != nil {
+		if err := a.followPeers(ctx, d.Overlay, d.Network.Resync); err != nil {
 			return nil, err
 		}
 	}

@@ -74,7 +74,7 @@ var components = []component{{
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		return agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
 			Networks: s.netop.Samplecrd().V2().Networks(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
-			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig, Resync: s.opts.Resync})
+			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
 	},
 }, {
 	name: "admission webhooks", roles: clusterWide,

@@ -10,11 +10,11 @@ import (
 // is ready, and names the reason of the first that is not.
 func TestReadyzAsksComponents(t *testing.T) {
 	waiting := &readiness{err: errors.New("the CNI plugin is not installed yet")}
-	op := &Operator{shared: shared{opts: &Options{}}, built: []builtComponent{{name: "node agent", runnable: waiting}}}
+	op := &Operator{shared: shared{opts: &Options{}, synced: make(chan struct{})}, built: []builtComponent{{name: "node agent", runnable: waiting}}}
 	if _, err := op.readyz(); err == nil {
 		t.Error("readyz before the caches synced: ready")
 	}
-	op.ready.Store(true)
+	close(op.synced)
 	if _, err := op.readyz(); !errors.Is(err, waiting.err) {
 		t.Errorf("readyz with a component not ready: %v, want %v", err, waiting.err)
 	}

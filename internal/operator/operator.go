@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	kubeinformers "k8s.io/client-go/informers"
@@ -88,7 +87,6 @@ type Operator struct {
 	built []builtComponent
 	// stopEvents writes the last Events; close releases the backend.
 	stopEvents, close func()
-	ready             atomic.Bool
 	election          leader.Election
 	// started is when Run began, for the startup metrics.
 	started time.Time
@@ -272,7 +270,6 @@ func (op *Operator) waitSynced(ctx context.Context) {
 		}
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseCachesSynced).Set(time.Since(op.started).Seconds())
-	op.ready.Store(true)
 	klog.FromContext(ctx).Info("Caches synced", "after", time.Since(op.started))
 	close(op.synced)
 }
@@ -287,7 +284,9 @@ func (op *Operator) serveMetrics(ctx context.Context) error {
 // readyz says why this replica is not ready, or nil and which replica
 // leads: every replica is ready (each serves the webhooks).
 func (op *Operator) readyz() (string, error) {
-	if !op.ready.Load() {
+	select {
+	case <-op.synced:
+	default:
 		return "", errors.New("informer caches not synced")
 	}
 	for _, b := range op.built {

@@ -75,8 +75,9 @@ type isolationRule struct {
 // isolationRules are the table's rules, in order: from a bridge, the node
 // answers echo requests to that bridge's gateway, neighbour discovery and
 // what belongs to connections it opened; nothing is forwarded out of a
-// Network, nor into one from elsewhere.
-func isolationRules() []isolationRule {
+// Network, nor into one from elsewhere. setID is the ID of setBridged in
+// the transaction that adds the rules.
+func isolationRules(setID uint32) []isolationRule {
 	group := binaryutil.NativeEndian.PutUint32(BridgeGroup)
 	fromBridge := func(key expr.MetaKey) []expr.Any {
 		return []expr.Any{
@@ -118,7 +119,7 @@ func isolationRules() []isolationRule {
 		{chainForward, "bridged", []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: 8},
 			&expr.Meta{Key: expr.MetaKeyOIF, Register: 9},
-			&expr.Lookup{SourceRegister: 8, SetName: setBridged},
+			&expr.Lookup{SourceRegister: 8, SetName: setBridged, SetID: setID},
 			verdict(expr.VerdictAccept),
 		}},
 		{chainForward, "out-of-a-network", append(fromBridge(expr.MetaKeyIIFGROUP), verdict(expr.VerdictDrop))},
@@ -138,9 +139,15 @@ func isolationChains() []*nftables.Chain {
 	}
 }
 
-func bridgedElement(index int) nftables.SetElement {
-	key := binaryutil.NativeEndian.PutUint32(uint32(index))
-	return nftables.SetElement{Key: append(slices.Clone(key), key...)}
+// bridgedElements are the elements of setBridged for the bridges of
+// indexes.
+func bridgedElements(indexes ...int) []nftables.SetElement {
+	elements := make([]nftables.SetElement, 0, len(indexes))
+	for _, index := range indexes {
+		key := binaryutil.NativeEndian.PutUint32(uint32(index))
+		elements = append(elements, nftables.SetElement{Key: append(slices.Clone(key), key...)})
+	}
+	return elements
 }
 
 // program replaces the table, in one transaction, by the rules and an
@@ -154,25 +161,13 @@ func (i *isolation) program(c *nftables.Conn, bridges []int) error {
 	for _, ch := range isolationChains() {
 		chains[ch.Name] = c.AddChain(ch)
 	}
+	// AddSet gives the copy the ID the rules' lookup names it by.
 	set := *bridgedSet
-	elements := make([]nftables.SetElement, 0, len(bridges))
-	for _, index := range bridges {
-		elements = append(elements, bridgedElement(index))
-	}
-	if err := c.AddSet(&set, elements); err != nil {
+	if err := c.AddSet(&set, bridgedElements(bridges...)); err != nil {
 		return fmt.Errorf("isolation set: %w", err)
 	}
-	for _, r := range isolationRules() {
-		exprs := r.exprs
-		for j, e := range exprs {
-			if l, ok := e.(*expr.Lookup); ok {
-				l := *l
-				l.SetID = set.ID
-				exprs = slices.Clone(exprs)
-				exprs[j] = &l
-			}
-		}
-		c.AddRule(&nftables.Rule{Table: isolationTable, Chain: chains[r.chain], Exprs: exprs, UserData: []byte(r.tag)})
+	for _, r := range isolationRules(set.ID) {
+		c.AddRule(&nftables.Rule{Table: isolationTable, Chain: chains[r.chain], Exprs: r.exprs, UserData: []byte(r.tag)})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("programming nftables table %s: %w", IsolationTable, err)
@@ -205,7 +200,7 @@ func (i *isolation) inOrder(c *nftables.Conn) (bool, error) {
 		return false, nil
 	}
 	tags := map[string][]string{}
-	for _, r := range isolationRules() {
+	for _, r := range isolationRules(0) {
 		tags[r.chain] = append(tags[r.chain], r.tag)
 	}
 	for _, ch := range want {
@@ -253,7 +248,7 @@ func (i *isolation) add(links func() ([]netlink.Link, error), index int) error {
 		}
 		return i.program(c, bridges)
 	}
-	if err := c.SetAddElements(bridgedSet, []nftables.SetElement{bridgedElement(index)}); err != nil {
+	if err := c.SetAddElements(bridgedSet, bridgedElements(index)); err != nil {
 		return fmt.Errorf("isolation set: %w", err)
 	}
 	if err := c.Flush(); err != nil {
@@ -272,7 +267,7 @@ func (i *isolation) remove(links func() ([]netlink.Link, error), index int) erro
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	if err := c.SetDeleteElements(bridgedSet, []nftables.SetElement{bridgedElement(index)}); err != nil {
+	if err := c.SetDeleteElements(bridgedSet, bridgedElements(index)); err != nil {
 		return fmt.Errorf("isolation set: %w", err)
 	}
 	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -321,11 +316,7 @@ func (i *isolation) sync(bridges []int) (repaired bool, err error) {
 		return true, i.program(c, bridges)
 	}
 	c.FlushSet(bridgedSet)
-	elements := make([]nftables.SetElement, 0, len(bridges))
-	for _, index := range bridges {
-		elements = append(elements, bridgedElement(index))
-	}
-	if err := c.SetAddElements(bridgedSet, elements); err != nil {
+	if err := c.SetAddElements(bridgedSet, bridgedElements(bridges...)); err != nil {
 		return false, fmt.Errorf("isolation set: %w", err)
 	}
 	if err := c.Flush(); err != nil {

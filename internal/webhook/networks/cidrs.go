@@ -42,9 +42,6 @@ func (c *CIDRs) Watch(informer cache.SharedIndexInformer) error {
 	return err
 }
 
-// HasSynced reports whether the informer's initial list is in the index.
-func (c *CIDRs) HasSynced() bool { return c.handler == nil || c.handler.HasSynced() }
-
 // HasSyncedChecker is done once the informer's initial list is in the
 // index; call it after Watch.
 func (c *CIDRs) HasSyncedChecker() cache.DoneChecker { return c.handler.HasSyncedChecker() }

@@ -30,7 +30,7 @@ func TestCIDRsFollowInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), cidrs.HasSynced) {
+	if !cache.WaitFor(ctx, "", cidrs.HasSyncedChecker()) {
 		t.Fatal("not synced")
 	}
 	overlapping := func(cidr, namespace, name string) string {
