@@ -41,8 +41,8 @@ type Pool struct {
 	head  int
 	// owners of the offsets in use.
 	owners map[uint64]string
-	// reserved offsets: network, gateway, broadcast.
-	reserved map[uint64]bool
+	// reserved offsets, and what they are: network, gateway, broadcast.
+	reserved map[uint64]string
 }
 
 // NewPool makes the pool of prefix, which has the gateway gateway.
@@ -59,13 +59,13 @@ func NewPool(prefix netip.Prefix, gateway netip.Addr) (*Pool, error) {
 	if hostBits < 62 {
 		size = uint64(1) << hostBits
 	}
-	p := &Pool{prefix: prefix, gateway: gateway, size: size, owners: map[uint64]string{}, reserved: map[uint64]bool{0: true}}
+	p := &Pool{prefix: prefix, gateway: gateway, size: size, owners: map[uint64]string{}, reserved: map[uint64]string{0: "the network address"}}
 	if prefix.Addr().Is4() && hostBits < 62 {
-		p.reserved[size-1] = true // broadcast
+		p.reserved[size-1] = "the broadcast address"
 	}
 	if gateway.IsValid() {
 		off, _ := p.offset(gateway)
-		p.reserved[off] = true
+		p.reserved[off] = "the gateway"
 	}
 	if uint64(len(p.reserved)) >= size {
 		return nil, fmt.Errorf("cidr %s: no address left for pods after the network, gateway and broadcast addresses", prefix)
@@ -144,7 +144,7 @@ func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 }
 
 func (p *Pool) take(off uint64, owner string) bool {
-	if p.reserved[off] {
+	if _, reserved := p.reserved[off]; reserved {
 		return false
 	}
 	if _, used := p.owners[off]; used {
@@ -159,11 +159,11 @@ func (p *Pool) take(off uint64, owner string) bool {
 // is not an error.
 func (p *Pool) AllocateStatic(addr netip.Addr, owner string) error {
 	off, ok := p.offset(addr)
-	switch {
-	case !ok:
+	if !ok {
 		return fmt.Errorf("address %s: not in cidr %s", addr, p.prefix)
-	case p.reserved[off]:
-		return fmt.Errorf("address %s: reserved in cidr %s (network, gateway or broadcast address)", addr, p.prefix)
+	}
+	if what, reserved := p.reserved[off]; reserved {
+		return fmt.Errorf("address %s: %s of cidr %s, which no pod may hold", addr, what, p.prefix)
 	}
 	if have, used := p.owners[off]; used {
 		if have == owner {

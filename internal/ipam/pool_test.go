@@ -85,9 +85,9 @@ func TestAllocateStatic(t *testing.T) {
 		{"192.168.0.10", "a", ""},
 		{"192.168.0.10", "a", ""}, // again, same owner
 		{"192.168.0.10", "b", "in use by a"},
-		{"192.168.0.1", "b", "reserved"},
-		{"192.168.0.255", "b", "reserved"},
-		{"192.168.0.0", "b", "reserved"},
+		{"192.168.0.1", "b", "the gateway of cidr"},
+		{"192.168.0.255", "b", "the broadcast address"},
+		{"192.168.0.0", "b", "the network address"},
 		{"192.168.1.1", "b", "not in cidr 192.168.0.0/24"},
 		{"fd00::1", "b", "not in cidr"},
 	} {

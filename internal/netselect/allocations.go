@@ -13,6 +13,13 @@ import (
 // node, and the source of truth a restarted controller rebuilds from.
 const AllocationsAnnotation = "networks.netop.dev/allocations"
 
+// RefusedAnnotation says why the allocation controller refuses the pod
+// the Networks it asks for (its namespace may not join one, an address it
+// pins cannot be its): the CNI plugin fails the pod's sandbox with it at
+// once instead of waiting. The allocation that ends the refusal removes
+// it.
+const RefusedAnnotation = "networks.netop.dev/refused"
+
 // Allocation is one interface of a pod on a Network.
 type Allocation struct {
 	// Network is namespace/name.

@@ -149,6 +149,9 @@ func (e element) selection(i int, podNamespace string) (Selection, error) {
 		if mac[0]&1 == 1 {
 			return s, fmt.Errorf("%s: %q: a multicast address cannot be an interface's", field("mac"), e.MAC)
 		}
+		if bytes.Equal(mac, make(net.HardwareAddr, 6)) {
+			return s, fmt.Errorf("%s: %q: the zero address cannot be an interface's", field("mac"), e.MAC)
+		}
 		s.MAC = mac
 	}
 	return s, nil

@@ -26,6 +26,7 @@ func TestParse(t *testing.T) {
 		{"a@averyveryverylongname", "", "longer than 15"},
 		{`[{"name":"a","ips":["nope"]}]`, "", `[0].ips[0]: "nope": not an IP address`},
 		{`[{"name":"a","mac":"01:00:5e:00:00:01"}]`, "", "multicast"},
+		{`[{"name":"a","mac":"00:00:00:00:00:00"}]`, "", "the zero address"},
 		{`[{"name":"a","mac":"zz"}]`, "", "[0].mac"},
 		{`[{"name":"a","colour":"blue"}]`, "", `unknown field "colour"`},
 		{`[{"name":"a"}`, "", "not a JSON list"},

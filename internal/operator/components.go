@@ -56,7 +56,7 @@ var components = []component{{
 	// Allocation waits on the API server (one PATCH per pod), not on the
 	// CPU: more workers than the controllers that work (BENCHMARKS.md).
 	build: func(ctx context.Context, s *shared) (runnable, error) {
-		c, err := podnet.New(ctx, s.kube, s.pods.Core().V1().Pods(), s.netop.Samplecrd().V2().Networks(), s.recorder, s.metrics,
+		c, err := podnet.New(ctx, s.kube, s.pods.Core().V1().Pods(), s.netop.Samplecrd().V2().Networks(), s.builtin.Core().V1().Namespaces(), s.recorder, s.metrics,
 			podnet.Options{Workers: 4 * s.opts.Workers, Resolver: netspec.Resolver{AllowReserved: s.opts.AllowReservedPrefixes}})
 		if err != nil {
 			return nil, err

@@ -40,7 +40,8 @@ func startController(t *testing.T, env *testenv.Env) (stop func()) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme(), corev1.EventSource{Component: "netop"})
-	c, err := podnet.New(ctx, env.Kube, kubeFactory.Core().V1().Pods(), netFactory.Samplecrd().V2().Networks(), recorder, metrics.New(), podnet.Options{Workers: 4})
+	c, err := podnet.New(ctx, env.Kube, kubeFactory.Core().V1().Pods(), netFactory.Samplecrd().V2().Networks(), kubeFactory.Core().V1().Namespaces(),
+		recorder, metrics.New(), podnet.Options{Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

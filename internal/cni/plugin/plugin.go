@@ -380,6 +380,10 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 				log.V(vDebug).Info("Read the pod's allocations", "allocations", len(allocations))
 				return allocations, nil
 			}
+			if refused, ok := pod.Annotations[netselect.RefusedAnnotation]; ok {
+				// Waiting would only delay the same answer.
+				return nil, fmt.Errorf("pod %s/%s: netop refuses its Networks: %s", namespace, name, refused)
+			}
 			lastErr = why
 			log.V(vDebug).Info("Waiting for the pod's allocations", "reason", why.Error())
 			if err := waitForChange(ctx, kube, pod); err != nil && ctx.Err() == nil {

@@ -78,8 +78,11 @@ type AddressUsage interface {
 	// Retire stops allocations in a Network being deleted and counts the
 	// pods that still hold addresses in it, naming up to limit of them.
 	Retire(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
+	// Outsiders counts the pods holding addresses of n although their
+	// namespaces may no longer join it, naming up to limit of them.
+	Outsiders(n *samplecrdv2.Network, limit int) (netselect.Holders, error)
 	// OnUsageChanged registers f, told of each Network whose addresses
-	// pods took or freed: New registers the controller's UsageChanged,
+	// pods took or freed, or whose pods' namespaces changed: New registers the controller's UsageChanged,
 	// which it cannot be handed before the controller exists.
 	OnUsageChanged(f func(network cache.ObjectName))
 }

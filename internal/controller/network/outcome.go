@@ -221,7 +221,7 @@ func (o *statusOutcome) finalize(ctx context.Context, n *samplecrdv2.Network, de
 		if holders.Count > 0 {
 			// Woken when they free their addresses (UsageChanged).
 			cached := n.DeepCopy()
-			c.setAddresses(ctx, n)
+			c.setAddresses(ctx, n, false)
 			return o.record(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonInUse,
 				holders.String()+"; it is deleted once they are gone", n.Status.Backend)
 		}

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +99,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		logger.Info("Backend network converged", "action", res.Action, "cidrs", families.CIDRs(), "gateways", families.Gateways())
 	}
 	c.arbiter.Built(entry)
-	c.setAddresses(ctx, n)
+	c.setAddresses(ctx, n, true)
 	n.Status.CIDRs, n.Status.Gateways = families.CIDRs(), families.Gateways()
 	ready, reason, msg := c.outcome.readiness(n, fmt.Sprintf("%s network %s has %s", res.Status.Type, backendName(&res.Status), families))
 	return c.outcome.record(ctx, cached, n, ready, reason, msg, backendStatus(&res.Status))
@@ -140,27 +139,57 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, 
 	return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonOverlap, msg, nil)
 }
 
-// setAddresses puts the address usage in n's status.
-func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv2.Network) {
+// setAddresses puts the address usage in n's status, and whether every
+// pod holding an address may still join n; announce: with an Event when
+// pods turn out not to be. It reports whether it knows the usage.
+func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv2.Network, announce bool) bool {
 	if c.addresses == nil {
-		return
+		return false
 	}
 	allocated, available, err := c.addresses.Usage(n)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("No address usage", "err", err)
-		return
+		return false
 	}
 	n.Status.Addresses = &samplecrdv2.NetworkAddresses{Allocated: allocated, Available: available.String()}
+	c.setPodsAdmitted(ctx, n, announce)
+	return true
 }
 
-// addressesInSync reports whether n's status shows its address usage.
+// setPodsAdmitted sets the PodsAdmitted condition: False, with an Event
+// when it turns so if announce, while pods hold addresses of n that their
+// namespaces may no longer join; True once none do, if it was ever set.
+func (c *Controller) setPodsAdmitted(ctx context.Context, n *samplecrdv2.Network, announce bool) {
+	outsiders, err := c.addresses.Outsiders(n, 3)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not count the pods not admitted", "err", err)
+		return
+	}
+	was := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionPodsAdmitted)
+	if outsiders.Count == 0 {
+		if was != nil {
+			meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionPodsAdmitted, Status: metav1.ConditionTrue,
+				Reason: samplecrd.ReasonAdmitted, Message: "every pod holding an address of the Network may join it", ObservedGeneration: n.Generation})
+		}
+		return
+	}
+	msg := fmt.Sprintf("%s although their namespaces may no longer join it; they keep them until they finish, and no new pod of those namespaces joins",
+		outsiders)
+	if announce && (was == nil || was.Status != metav1.ConditionFalse) {
+		c.outcome.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonPodsNotAdmitted, "%s", msg)
+	}
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionPodsAdmitted, Status: metav1.ConditionFalse,
+		Reason: samplecrd.ReasonPodsNotAdmitted, Message: msg, ObservedGeneration: n.Generation})
+}
+
+// addressesInSync reports whether n's status shows its address usage and
+// the pods it no longer admits.
 func (c *Controller) addressesInSync(ctx context.Context, n *samplecrdv2.Network) bool {
 	if c.addresses == nil || !meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady) {
 		return true // only a provisioned Network shows its usage
 	}
 	want := n.DeepCopy()
-	c.setAddresses(ctx, want)
-	return apiequality.Semantic.DeepEqual(want.Status.Addresses, n.Status.Addresses)
+	return !c.setAddresses(ctx, want, false) || sameStatus(want.Status, n.Status)
 }
 
 // countDeleted counts a backend network deleted.

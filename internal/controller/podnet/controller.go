@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/netip"
@@ -40,6 +41,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/tenancy"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
@@ -56,6 +58,9 @@ const (
 	ReasonNoFreeAddress   = "NoFreeAddress"
 	ReasonAddressRefused  = "AddressRefused"
 	ReasonNetworksChanged = "NetworksChanged"
+	// ReasonNotAdmitted: the pod's namespace may not join a Network it
+	// names (tenancy.Admits).
+	ReasonNotAdmitted = tenancy.Reason
 )
 
 // Options configure the controller.
@@ -92,6 +97,8 @@ type Controller struct {
 	*runner.Controller
 	kube kubernetes.Interface
 	pods corelisters.PodLister
+	// namespaces' labels say which Networks their pods may join.
+	namespaces corelisters.NamespaceLister
 	// podIndex finds the pods holding addresses of a Network.
 	podIndex cache.Indexer
 	changed  func(network cache.ObjectName)
@@ -119,9 +126,9 @@ type held struct {
 
 // New makes the controller; call it before the informers start.
 func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, networks samplecrdinformers.NetworkInformer,
-	recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	namespaces coreinformers.NamespaceInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
-		kube: kube, pods: pods.Lister(), networks: networks.Lister(), recorder: recorder, resolver: o.Resolver,
+		kube: kube, pods: pods.Lister(), networks: networks.Lister(), namespaces: namespaces.Lister(), recorder: recorder, resolver: o.Resolver,
 		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
 		retired: map[types.UID]bool{}, changed: func(cache.ObjectName) {}, podIndex: pods.Informer().GetIndexer(),
 	}
@@ -155,8 +162,62 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	if err != nil {
 		return nil, fmt.Errorf("adding Network event handler: %w", err)
 	}
-	c.WaitFor(podsHandled.HasSyncedChecker(), networksHandled.HasSyncedChecker())
+	namespacesHandled, err := namespaces.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.namespaceChanged,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := oldObj.(*corev1.Namespace), newObj.(*corev1.Namespace)
+			if !maps.Equal(o.Labels, n.Labels) {
+				c.namespaceChanged(n)
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Namespace event handler: %w", err)
+	}
+	c.WaitFor(podsHandled.HasSyncedChecker(), networksHandled.HasSyncedChecker(), namespacesHandled.HasSyncedChecker())
 	return c, nil
+}
+
+// namespaceChanged: a namespace appeared or its labels changed, which may
+// change the Networks its pods may join. Its pods that wait are tried
+// again, and the Networks its pods hold addresses of show anew whether
+// they still admit them.
+func (c *Controller) namespaceChanged(obj any) {
+	namespace, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	var woken []cache.ObjectName
+	for network, pods := range c.waiting {
+		for pod := range pods {
+			if pod.Namespace == namespace.Name {
+				woken = append(woken, pod)
+				delete(pods, pod)
+			}
+		}
+		if len(pods) == 0 {
+			delete(c.waiting, network)
+		}
+	}
+	var networks []cache.ObjectName
+	for pod, h := range c.held {
+		if pod.Namespace != namespace.Name {
+			continue
+		}
+		for _, a := range h.allocations {
+			if name := networkName(a); !slices.Contains(networks, name) {
+				networks = append(networks, name)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, pod := range woken {
+		c.Add(pod)
+	}
+	for _, n := range networks {
+		c.changed(n)
+	}
 }
 
 // OnUsageChanged has f told of each Network whose addresses were allocated
@@ -256,6 +317,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		if errors.As(err, &wait) {
 			c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
 			logger.V(1).Info("Pod waits for its networks", "reason", wait.reason, "message", wait.msg)
+			if wait.refused {
+				return c.refuse(ctx, pod, wait.msg)
+			}
 			return nil
 		}
 		return err
@@ -275,8 +339,14 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 }
 
 // waitError: the pod cannot get its addresses now; it is woken when the
-// Network appears or frees an address.
-type waitError struct{ reason, msg string }
+// Network appears or changes, frees an address, or the pod's namespace
+// changes. refused: not for want of something that is on its way (a
+// Network being made, a free address), but because of what the pod asks:
+// the CNI plugin fails the pod's sandbox at once, with msg.
+type waitError struct {
+	reason, msg string
+	refused     bool
+}
 
 func (e *waitError) Error() string { return e.msg }
 
@@ -302,18 +372,25 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 		if err != nil {
 			undo()
 			c.waitLocked(key, name)
-			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
+			return nil, &waitError{reason: ReasonNetworkNotFound, msg: fmt.Sprintf("Network %s: %v", key, err)}
 		}
 		if c.retired[network.UID] || network.DeletionTimestamp != nil {
 			undo()
 			c.waitLocked(key, name)
-			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s is being deleted", key)}
+			return nil, &waitError{reason: ReasonNetworkNotFound, msg: fmt.Sprintf("Network %s is being deleted", key)}
+		}
+		// Enforced here whatever admission let in: webhooks off or failing
+		// open, a namespace relabelled since.
+		if err := c.admits(network, pod.Namespace); err != nil {
+			undo()
+			c.waitLocked(key, name)
+			return nil, &waitError{reason: ReasonNotAdmitted, msg: err.Error(), refused: true}
 		}
 		pools, err := c.poolsLocked(network)
 		if err != nil {
 			undo()
 			c.waitLocked(key, name)
-			return nil, &waitError{ReasonNetworkNotFound, fmt.Sprintf("Network %s: %v", key, err)}
+			return nil, &waitError{reason: ReasonNetworkNotFound, msg: fmt.Sprintf("Network %s: %v", key, err)}
 		}
 		a := netselect.Allocation{Network: key, NetworkUID: network.UID, Interface: s.Interface}
 		addrs, err := pools.allocate(ownerKey(pod.UID, s.Interface), s.IPs)
@@ -325,7 +402,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 				if refused.retry {
 					c.waitLocked(key, name)
 				}
-				return nil, &waitError{ReasonAddressRefused, fmt.Sprintf("Network %s: %v", key, err)}
+				return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: %v", key, err), refused: true}
 			case errors.Is(err, ipam.ErrFull):
 				c.waitLocked(key, name)
 				// A Network of one family says it as before; of two, which.
@@ -334,7 +411,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 				if len(pools) > 1 && errors.As(err, &full) {
 					msg += " in " + full.prefix.String()
 				}
-				return nil, &waitError{ReasonNoFreeAddress, msg}
+				return nil, &waitError{reason: ReasonNoFreeAddress, msg: msg}
 			}
 			return nil, err
 		}
@@ -501,6 +578,73 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 	return netselect.Holders{Count: max(int64(len(pods)), 1), Pods: pods[:min(limit, len(pods))]}, nil
 }
 
+// CheckPinned says why the addresses that s pins on network cannot be the
+// pod's: outside the Network's cidrs, of another prefix length, its
+// network, gateway or broadcast address, or held by another pod. Admission
+// asks before the pod exists; allocation checks again. A Network whose
+// spec does not resolve has nothing to check against (the pod waits).
+func (c *Controller) CheckPinned(network *samplecrdv2.Network, s netselect.Selection, pod cache.ObjectName) error {
+	if len(s.IPs) == 0 {
+		return nil
+	}
+	families, errs := c.resolver.ResolveFamilies(network.Spec)
+	if len(errs) > 0 {
+		return nil
+	}
+	// Fresh pools answer for the cidrs alone; the pods cache for holders,
+	// on any replica, leader or not.
+	ps, err := newFamilyPools(families)
+	if err != nil {
+		return nil //nolint:nilerr // as an invalid spec
+	}
+	if _, err := ps.allocate(string(pod.Name), s.IPs); err != nil {
+		return err
+	}
+	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		holder := obj.(*corev1.Pod)
+		if holder.Namespace == pod.Namespace && holder.Name == pod.Name {
+			continue
+		}
+		have, _ := netselect.ParseAllocations(holder.Annotations[netselect.AllocationsAnnotation])
+		for _, a := range have {
+			if a.NetworkUID != network.UID {
+				continue
+			}
+			for _, held := range addresses(a) {
+				if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
+					return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Outsiders counts the pods that hold addresses of network although its
+// namespaces may no longer join it (its selector or their labels changed
+// since they got them), naming up to limit of them. They keep their
+// addresses until they finish: taking an interface from a running pod is
+// not the allocator's to do.
+func (c *Controller) Outsiders(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
+	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
+	if err != nil {
+		return netselect.Holders{}, err
+	}
+	var pods []string
+	for _, obj := range objs {
+		pod := obj.(*corev1.Pod)
+		if pod.Namespace != network.Namespace && c.admits(network, pod.Namespace) != nil {
+			pods = append(pods, cache.MetaObjectToName(pod).String())
+		}
+	}
+	slices.Sort(pods)
+	return netselect.Holders{Count: int64(len(pods)), Pods: pods[:min(limit, len(pods))]}, nil
+}
+
 // holdsIn says whether pod holds an address of one of the pools of the
 // Network with UID uid.
 func holdsIn(pod *corev1.Pod, uid types.UID, ps familyPools) bool {
@@ -580,6 +724,35 @@ func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
 	c.pools[a.NetworkUID].release(ownerKey(uid, a.Interface), addresses(a))
 }
 
+// admits: pods of namespace may join network (tenancy.Admits), as far as
+// the namespace cache knows; a namespace it has not seen yet is tried
+// again when it appears.
+func (c *Controller) admits(network *samplecrdv2.Network, namespace string) error {
+	labels, err := tenancy.Namespaces{Lister: c.namespaces}.Labels(context.Background(), namespace)
+	if err != nil {
+		return &tenancy.NotAdmittedError{Namespace: namespace, Network: network.Namespace + "/" + network.Name, Why: err.Error()}
+	}
+	return tenancy.Admits(network, namespace, labels)
+}
+
+// refuse records on the pod why it gets no addresses, for the CNI plugin
+// to fail its sandbox with, unless the pod says so already.
+func (c *Controller) refuse(ctx context.Context, pod *corev1.Pod, msg string) error {
+	if pod.Annotations[netselect.RefusedAnnotation] == msg {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": pod.UID, "annotations": map[string]string{netselect.RefusedAnnotation: msg},
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("recording why the pod gets no addresses: %w", err)
+	}
+	return nil
+}
+
 // write puts the allocations on the pod, as netop's annotation and as
 // Multus's network-status, in one patch that holds only if the pod is
 // still the one the cache showed.
@@ -605,10 +778,11 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	// the kubelet change a new pod at the same time, and each change would
 	// cost a conflict and a second write; the annotations are netop's alone,
 	// and once written they are the pod's for its life.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":         pod.UID,
-		"annotations": map[string]string{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status},
-	}})
+	annotations := map[string]any{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status}
+	if _, refused := pod.Annotations[netselect.RefusedAnnotation]; refused {
+		annotations[netselect.RefusedAnnotation] = nil // refused no more
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": annotations}})
 	if err != nil {
 		return err
 	}

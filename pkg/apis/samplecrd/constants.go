@@ -37,6 +37,18 @@ const (
 	// ReasonOverlap: a cidr overlaps an older Network, which is the one
 	// built; this one has no backend network until that one goes or moves.
 	ReasonOverlap = "Overlap"
+
+	// ConditionPodsAdmitted is False while pods hold addresses of the
+	// Network although their namespaces may no longer join it (the
+	// Network's namespaceSelector or their labels changed since): they
+	// keep them until they finish. Set once that happens, True again once
+	// they are gone or admitted.
+	ConditionPodsAdmitted = "PodsAdmitted"
+	// ReasonAdmitted: every pod holding an address may join the Network.
+	ReasonAdmitted = "Admitted"
+	// ReasonPodsNotAdmitted: some pods holding addresses may no longer
+	// join the Network; the message names them.
+	ReasonPodsNotAdmitted = "PodsNotAdmitted"
 )
 
 // Finalizer keeps a Network until netop has removed its backend network.

@@ -17,10 +17,12 @@ type Network struct {
 
 // NetworkSpec is the desired network: a cidr per address family, the
 // first the primary one (the only one v1 has), and their gateways, in
-// the order of the cidrs (empty: defaulted).
+// the order of the cidrs (empty: defaulted), and the namespaces besides
+// its own whose pods may join it (nil: none).
 type NetworkSpec struct {
-	CIDRs    []string
-	Gateways []string
+	CIDRs             []string
+	Gateways          []string
+	NamespaceSelector *metav1.LabelSelector
 }
 
 // BackendType names the kind of backend that provides a network.

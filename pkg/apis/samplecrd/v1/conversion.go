@@ -23,6 +23,8 @@ const (
 	// StatusFamiliesAnnotation holds status.cidrs, status.gateways and
 	// status.backend.subnetIDs.
 	StatusFamiliesAnnotation = GroupName + "/status-families"
+	// NamespaceSelectorAnnotation holds spec.namespaceSelector, as JSON.
+	NamespaceSelectorAnnotation = GroupName + "/namespace-selector"
 )
 
 // families are the hub's per-family lists, as an annotation holds them.
@@ -124,6 +126,7 @@ func Convert_v1_Network_To_samplecrd_Network(in *Network, out *samplecrd.Network
 	if err := autoConvert_v1_Network_To_samplecrd_Network(in, out, s); err != nil {
 		return err
 	}
+	out.Spec.NamespaceSelector = takeSelector(&out.ObjectMeta)
 	spec, hasSpec := takeAnnotation(&out.ObjectMeta, SpecFamiliesAnnotation)
 	status, hasStatus := takeAnnotation(&out.ObjectMeta, StatusFamiliesAnnotation)
 	if hasSpec {
@@ -150,6 +153,11 @@ func Convert_samplecrd_Network_To_v1_Network(in *samplecrd.Network, out *Network
 	out.Annotations = maps.Clone(in.Annotations)
 	delete(out.Annotations, SpecFamiliesAnnotation)
 	delete(out.Annotations, StatusFamiliesAnnotation)
+	delete(out.Annotations, NamespaceSelectorAnnotation)
+	if in.Spec.NamespaceSelector != nil {
+		value, _ := json.Marshal(in.Spec.NamespaceSelector) // strings only: cannot fail
+		setValue(&out.ObjectMeta, NamespaceSelectorAnnotation, string(value))
+	}
 	if !fits(in.Spec.CIDRs) || !fits(in.Spec.Gateways) {
 		setAnnotation(&out.ObjectMeta, SpecFamiliesAnnotation, families{CIDRs: in.Spec.CIDRs, Gateways: in.Spec.Gateways})
 	}
@@ -166,19 +174,13 @@ func Convert_samplecrd_Network_To_v1_Network(in *samplecrd.Network, out *Network
 	return nil
 }
 
-// takeAnnotation removes the annotation key from m (from a copy of its
-// map) and returns the families it held. One that does not parse is
-// dropped as if absent: a conversion error would make the Network
-// unreadable in every version.
+// takeAnnotation removes the annotation key from m and returns the
+// families it held. One that does not parse is dropped as if absent: a
+// conversion error would make the Network unreadable in every version.
 func takeAnnotation(m *metav1.ObjectMeta, key string) (families, bool) {
-	value, ok := m.Annotations[key]
+	value, ok := takeValue(m, key)
 	if !ok {
 		return families{}, false
-	}
-	m.Annotations = maps.Clone(m.Annotations)
-	delete(m.Annotations, key)
-	if len(m.Annotations) == 0 {
-		m.Annotations = nil
 	}
 	var f families
 	if err := json.Unmarshal([]byte(value), &f); err != nil {
@@ -187,10 +189,45 @@ func takeAnnotation(m *metav1.ObjectMeta, key string) (families, bool) {
 	return f, true
 }
 
+// takeSelector removes the namespace selector's annotation from m and
+// returns the selector it held. One that does not parse is dropped: the
+// Network then admits its own namespace only, the narrowest reading, and
+// admission refuses such an annotation from a v1 client.
+func takeSelector(m *metav1.ObjectMeta) *metav1.LabelSelector {
+	value, ok := takeValue(m, NamespaceSelectorAnnotation)
+	if !ok {
+		return nil
+	}
+	selector := &metav1.LabelSelector{}
+	if err := json.Unmarshal([]byte(value), selector); err != nil {
+		return nil
+	}
+	return selector
+}
+
+// takeValue removes the annotation key from m (from a copy of its map) and
+// returns its value.
+func takeValue(m *metav1.ObjectMeta, key string) (string, bool) {
+	value, ok := m.Annotations[key]
+	if !ok {
+		return "", false
+	}
+	m.Annotations = maps.Clone(m.Annotations)
+	delete(m.Annotations, key)
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
+	}
+	return value, true
+}
+
 func setAnnotation(m *metav1.ObjectMeta, key string, f families) {
 	value, _ := json.Marshal(f) // strings only: cannot fail
+	setValue(m, key, string(value))
+}
+
+func setValue(m *metav1.ObjectMeta, key, value string) {
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
-	m.Annotations[key] = string(value)
+	m.Annotations[key] = value
 }

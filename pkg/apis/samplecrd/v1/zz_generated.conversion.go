@@ -239,6 +239,7 @@ func autoConvert_v1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, out *s
 func autoConvert_samplecrd_NetworkSpec_To_v1_NetworkSpec(in *samplecrd.NetworkSpec, out *NetworkSpec, s conversion.Scope) error {
 	// WARNING: in.CIDRs requires manual conversion: does not exist in peer-type
 	// WARNING: in.Gateways requires manual conversion: does not exist in peer-type
+	// WARNING: in.NamespaceSelector requires manual conversion: does not exist in peer-type
 	return nil
 }
 

@@ -72,6 +72,17 @@ type NetworkSpec struct {
 	// +kubebuilder:validation:items:MaxLength=45
 	// +kubebuilder:validation:items:XValidation:rule="size(self) == 0 || isIP(self)",message="must be an IP address, such as 192.168.0.1, or empty for the default"
 	Gateways []string `json:"gateways,omitempty"`
+
+	// namespaceSelector selects the namespaces, besides the Network's
+	// own, whose pods may join the Network, as a NetworkPolicy's
+	// namespaceSelector selects namespaces: {} selects every namespace;
+	// absent, only pods of the Network's own namespace may join. netop
+	// refuses other pods at admission and never allocates them an
+	// address. Pods that hold addresses keep them when the selector or a
+	// namespace's labels change (status.conditions say so): narrowing it
+	// admits no new pod from the namespaces it no longer selects.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // BackendType names the kind of backend that provides a network.

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v2
 
+import (
+	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
+)
+
 // NetworkSpecApplyConfiguration represents a declarative configuration of the NetworkSpec type for use
 // with apply.
 //
@@ -36,6 +40,15 @@ type NetworkSpecApplyConfiguration struct {
 	// inside its cidr. A cidr without one (the list is shorter, or its
 	// entry is empty) gets the first usable address of the cidr.
 	Gateways []string `json:"gateways,omitempty"`
+	// namespaceSelector selects the namespaces, besides the Network's
+	// own, whose pods may join the Network, as a NetworkPolicy's
+	// namespaceSelector selects namespaces: {} selects every namespace;
+	// absent, only pods of the Network's own namespace may join. netop
+	// refuses other pods at admission and never allocates them an
+	// address. Pods that hold addresses keep them when the selector or a
+	// namespace's labels change (status.conditions say so): narrowing it
+	// admits no new pod from the namespaces it no longer selects.
+	NamespaceSelector *v1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -61,5 +74,13 @@ func (b *NetworkSpecApplyConfiguration) WithGateways(values ...string) *NetworkS
 	for i := range values {
 		b.Gateways = append(b.Gateways, values[i])
 	}
+	return b
+}
+
+// WithNamespaceSelector sets the NamespaceSelector field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NamespaceSelector field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithNamespaceSelector(value *v1.LabelSelectorApplyConfiguration) *NetworkSpecApplyConfiguration {
+	b.NamespaceSelector = value
 	return b
 }
