@@ -34,6 +34,7 @@ import (
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/conversion"
 	"github.com/netop-dev/netop/internal/webhook/networks"
+	"github.com/netop-dev/netop/internal/webhook/podnetworks"
 )
 
 // Deps is what the webhooks read: the operator's shared clients and
@@ -45,10 +46,15 @@ type Deps struct {
 	// ConfigMaps (TemplateListOptions).
 	Networks  cache.SharedIndexInformer
 	Templates corelisters.ConfigMapLister
-	// Addresses says who holds Networks' addresses.
+	// Addresses says who holds Networks' addresses; Pins checks the
+	// addresses pods pin (both the allocation controller).
 	Addresses networks.AddressHolders
-	Recorder  record.EventRecorder
-	Metrics   *metrics.Metrics
+	Pins      podnetworks.Pins
+	// Namespaces is the namespace cache: their labels say which Networks
+	// their pods may join.
+	Namespaces corelisters.NamespaceLister
+	Recorder   record.EventRecorder
+	Metrics    *metrics.Metrics
 	// Synced is closed once the operator's caches are: the admission
 	// webhooks, which answer from them, are registered then.
 	Synced <-chan struct{}

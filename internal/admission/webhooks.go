@@ -8,13 +8,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/kubeclient"
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/sidecar/pods"
 	"github.com/netop-dev/netop/internal/sidecar/workloads"
+	"github.com/netop-dev/netop/internal/tenancy"
 	"github.com/netop-dev/netop/internal/webhook"
 	"github.com/netop-dev/netop/internal/webhook/deployments"
 	"github.com/netop-dev/netop/internal/webhook/networks"
+	"github.com/netop-dev/netop/internal/webhook/podnetworks"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -43,6 +46,11 @@ const (
 	// PathDeploymentNetwork serves the webhook that lists a Deployment's
 	// own Network in its pod template.
 	PathDeploymentNetwork = "/deployment-network"
+	// PathValidatePodNetworks and PathValidateTemplateNetworks serve the
+	// webhooks that check the Networks pods, and workloads' pod
+	// templates, ask for.
+	PathValidatePodNetworks      = "/validate-pod-networks"
+	PathValidateTemplateNetworks = "/validate-template-networks"
 )
 
 // Webhooks is netop's table of admission webhooks: each handler with its
@@ -74,6 +82,14 @@ const (
 //     sent (a matchCondition). It fails open (Ignore): the workload
 //     initializer injects Deployments it missed (one more rollout), and
 //     pods of opted-in namespaces get it from the pod webhooks.
+//   - Pods that name Networks are checked against who may join them and
+//     what addresses they pin. Only those are sent (a matchCondition). It
+//     fails closed (Fail): such a pod cannot start without netop anyway,
+//     and what the check refuses it refuses for good. The allocation
+//     controller enforces the same rules again.
+//   - Workloads whose pod template names Networks get the same check when
+//     the template's selection is new or changed. Only those are sent. It
+//     fails open (Ignore): their pods are checked one by one.
 //   - Deployments asking for a Network of their own get it listed in their
 //     pod template. Only those are sent (a matchCondition). It fails open
 //     (Ignore): the Deployment network controller lists it where admission
@@ -106,16 +122,17 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 	// no call. CEL compares the spec maps key by key, deeply. has() keeps
 	// the condition from failing (and the failurePolicy from applying) on a
 	// spec missing from an update: the webhook, then the schema, answer.
-	// The annotation that holds the families v1 lacks is part of the spec:
-	// a v2 client's change to the second family changes it alone.
-	families := func(o string) string {
-		return fmt.Sprintf("(has(%[1]s.metadata.annotations) && %[2]q in %[1]s.metadata.annotations ? %[1]s.metadata.annotations[%[2]q] : '')",
-			o, samplecrdv1.SpecFamiliesAnnotation)
+	// The annotations that hold what v1 lacks (the second family, the
+	// namespace selector) are part of the spec: a v1 client's change to
+	// them changes them alone.
+	annotation := func(o, key string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata.annotations) && %[2]q in %[1]s.metadata.annotations ? %[1]s.metadata.annotations[%[2]q] : '')", o, key)
 	}
 	specChanged := []admissionregistrationv1.MatchCondition{{
 		Name: "spec-changed",
 		Expression: "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec || " +
-			families("object") + " != " + families("oldObject"),
+			annotation("object", samplecrdv1.SpecFamiliesAnnotation) + " != " + annotation("oldObject", samplecrdv1.SpecFamiliesAnnotation) + " || " +
+			annotation("object", samplecrdv1.NamespaceSelectorAnnotation) + " != " + annotation("oldObject", samplecrdv1.NamespaceSelectorAnnotation),
 	}}
 	workloadRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
@@ -153,6 +170,20 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Expression: "has(object.metadata.annotations) && ('" + samplecrd.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
 			samplecrd.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
 	}}
+	namesNetworks := []admissionregistrationv1.MatchCondition{{
+		Name:       "names-networks",
+		Expression: "has(object.metadata.annotations) && '" + netselect.NetworksAnnotation + "' in object.metadata.annotations",
+	}}
+	templateAnnotations := func(template string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata) && has(%[1]s.metadata.annotations) && '%[2]s' in %[1]s.metadata.annotations)", template, netselect.NetworksAnnotation)
+	}
+	templateNamesNetworks := []admissionregistrationv1.MatchCondition{{
+		Name: "template-names-networks",
+		Expression: "request.kind.kind == 'CronJob' ? has(object.spec.jobTemplate.spec.template) && " + templateAnnotations("object.spec.jobTemplate.spec.template") +
+			" : has(object.spec.template) && " + templateAnnotations("object.spec.template"),
+	}}
+	joins := &podnetworks.Admission{Networks: samplecrdlisters.NewNetworkLister(d.Networks.GetIndexer()),
+		Namespaces: tenancy.Namespaces{Lister: d.Namespaces, Kube: d.Kube}, Pins: d.Pins}
 	netAdmission := &networks.Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(kubeclient.Scheme),
 		Resolver: netspec.Resolver{AllowReserved: d.AllowReservedPrefixes}, Addresses: d.Addresses}
 	templates := envoy.Finder{ConfigMaps: d.Templates, OperatorNamespace: d.OperatorNamespace, AllowPrivileged: d.AllowPrivilegedTemplates}
@@ -179,6 +210,24 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Mutating:          true,
 		Rules:             networkRule,
 		MatchConditions:   specChanged,
+		FailurePolicy:     admissionregistrationv1.Ignore,
+		TimeoutSeconds:    5,
+		NamespaceSelector: notExcluded,
+	}, {
+		Name:              "pods.networks.samplecrd.k8s.io",
+		Path:              PathValidatePodNetworks,
+		Handler:           webhook.HandlerFunc(joins.Pods),
+		Rules:             podRule,
+		MatchConditions:   namesNetworks,
+		FailurePolicy:     admissionregistrationv1.Fail,
+		TimeoutSeconds:    5,
+		NamespaceSelector: notExcluded,
+	}, {
+		Name:              "templates.networks.samplecrd.k8s.io",
+		Path:              PathValidateTemplateNetworks,
+		Handler:           webhook.HandlerFunc(joins.Workloads),
+		Rules:             workloadRules,
+		MatchConditions:   templateNamesNetworks,
 		FailurePolicy:     admissionregistrationv1.Ignore,
 		TimeoutSeconds:    5,
 		NamespaceSelector: notExcluded,

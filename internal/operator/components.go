@@ -198,7 +198,8 @@ func newNetworkController(ctx context.Context, s *shared) (runnable, error) {
 // admissionDeps is what the webhooks read of the shared context.
 func (s *shared) admissionDeps() admission.Deps {
 	return admission.Deps{Config: s.config, Kube: s.kube, Networks: s.netop.Samplecrd().V2().Networks().Informer(),
-		Templates: s.templates.Core().V1().ConfigMaps().Lister(), Addresses: s.addresses, Recorder: s.recorder, Metrics: s.metrics,
+		Templates: s.templates.Core().V1().ConfigMaps().Lister(), Addresses: s.addresses, Pins: s.addresses,
+		Namespaces: s.builtin.Core().V1().Namespaces().Lister(), Recorder: s.recorder, Metrics: s.metrics,
 		Synced: s.synced, OperatorNamespace: s.opts.OperatorNamespace, AllowReservedPrefixes: s.opts.AllowReservedPrefixes,
 		AllowPrivilegedTemplates: s.opts.Workloads.AllowPrivilegedTemplates, DeploymentNetworks: s.opts.DeploymentNetworks.Enabled}
 }

@@ -578,12 +578,13 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 	return netselect.Holders{Count: max(int64(len(pods)), 1), Pods: pods[:min(limit, len(pods))]}, nil
 }
 
-// CheckPinned says why the addresses that s pins on network cannot be the
-// pod's: outside the Network's cidrs, of another prefix length, its
-// network, gateway or broadcast address, or held by another pod. Admission
-// asks before the pod exists; allocation checks again. A Network whose
-// spec does not resolve has nothing to check against (the pod waits).
-func (c *Controller) CheckPinned(network *samplecrdv2.Network, s netselect.Selection, pod cache.ObjectName) error {
+// CheckPinned says why the addresses that s pins on network cannot be
+// any pod's: outside the Network's cidrs, of another prefix length, its
+// network, gateway or broadcast address. Admission asks before the pod
+// exists (and of workload templates); allocation checks again. A Network
+// whose spec does not resolve has nothing to check against (the pod
+// waits).
+func (c *Controller) CheckPinned(network *samplecrdv2.Network, s netselect.Selection) error {
 	if len(s.IPs) == 0 {
 		return nil
 	}
@@ -591,14 +592,22 @@ func (c *Controller) CheckPinned(network *samplecrdv2.Network, s netselect.Selec
 	if len(errs) > 0 {
 		return nil
 	}
-	// Fresh pools answer for the cidrs alone; the pods cache for holders,
-	// on any replica, leader or not.
+	// Empty pools of the Network's cidrs answer for them alone.
 	ps, err := newFamilyPools(families)
 	if err != nil {
 		return nil //nolint:nilerr // as an invalid spec
 	}
-	if _, err := ps.allocate(string(pod.Name), s.IPs); err != nil {
-		return err
+	_, err = ps.allocate("", s.IPs)
+	return err
+}
+
+// PinnedHolder says which other pod than pod holds an address that s pins
+// on network, if one does, as the pods cache shows them: any replica
+// answers, leader or not; allocation checks again against what it handed
+// out since.
+func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Selection, pod cache.ObjectName) error {
+	if len(s.IPs) == 0 {
+		return nil
 	}
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {

@@ -7,6 +7,7 @@ package networks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
@@ -119,6 +121,7 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	f := fieldsOf(req, n, old)
 	families, errs := a.resolve(n, f)
+	errs = append(errs, namespaceSelector(req, n)...)
 	if len(errs) == 0 {
 		errs = a.overlaps(n, f, families)
 	}
@@ -131,6 +134,25 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n, f, families)}
+}
+
+// namespaceSelector validates spec.namespaceSelector, or for a v1
+// client the annotation that holds it (one that does not parse would be
+// dropped, admitting the Network's own namespace only: refused instead).
+func namespaceSelector(req *admissionv1.AdmissionRequest, n *samplecrdv2.Network) field.ErrorList {
+	path := field.NewPath("spec", "namespaceSelector")
+	if req.Kind.Version == samplecrdv1.SchemeGroupVersion.Version {
+		path = field.NewPath("metadata", "annotations").Key(samplecrdv1.NamespaceSelectorAnnotation)
+		var written metav1.PartialObjectMetadata
+		if err := json.Unmarshal(req.Object.Raw, &written); err == nil {
+			if value, ok := written.Annotations[samplecrdv1.NamespaceSelectorAnnotation]; ok {
+				if err := json.Unmarshal([]byte(value), &metav1.LabelSelector{}); err != nil {
+					return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("not a label selector in JSON: %v", err))}
+				}
+			}
+		}
+	}
+	return metav1validation.ValidateLabelSelector(n.Spec.NamespaceSelector, metav1validation.LabelSelectorValidationOptions{}, path)
 }
 
 // dualStack reports whether n has a second family (or a second gateway
