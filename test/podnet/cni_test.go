@@ -86,7 +86,10 @@ type cniNode struct {
 	networks map[string]*samplecrdv1.Network
 }
 
-func startCNINode(t *testing.T) *cniNode {
+func startCNINode(t *testing.T) *cniNode { t.Helper(); return startCNINodeWith(t, nil) }
+
+// startCNINodeWith starts the node with the operator's options edited.
+func startCNINodeWith(t *testing.T, edit func(*operator.Options)) *cniNode {
 	t.Helper()
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
@@ -103,6 +106,9 @@ func startCNINode(t *testing.T) *cniNode {
 	opts.Metrics.Addr = "0"
 	opts.Webhooks.Addr = "0"
 	opts.Workloads.Enabled = false
+	if edit != nil {
+		edit(opts)
+	}
 	be, closeBackend, err := backends.New(ctx, opts.Backend, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +162,19 @@ func (s *sandbox) rt(ifname string) *libcni.RuntimeConf {
 // allocations unless it declares none that can be allocated.
 func (n *cniNode) newSandbox(t *testing.T, name, networks string, wait bool) *sandbox {
 	t.Helper()
-	createPod(t, n.env, n.ns, name, networks)
+	return n.newSandboxIn(t, n.ns, name, networks, wait)
+}
+
+// newSandboxIn is newSandbox in namespace ns.
+func (n *cniNode) newSandboxIn(t *testing.T, ns, name, networks string, wait bool) *sandbox {
+	t.Helper()
+	createPod(t, n.env, ns, name, networks)
 	s := &sandbox{containerID: "c-" + nettest.NetnsName(name)}
 	var netnsName string
 	netnsName, s.netns = namedNetns(t, "cnipod")
 	s.handle = nettest.Handle(t, netnsName)
 	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-		pod, err := n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err := n.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
