@@ -182,7 +182,11 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Expression: "request.kind.kind == 'CronJob' ? has(object.spec.jobTemplate.spec.template) && " + templateAnnotations("object.spec.jobTemplate.spec.template") +
 			" : has(object.spec.template) && " + templateAnnotations("object.spec.template"),
 	}}
-	joins := &podnetworks.Admission{Networks: samplecrdlisters.NewNetworkLister(d.Networks.GetIndexer()),
+	var networkLister samplecrdlisters.NetworkLister
+	if d.Networks != nil { // nil in unit tests of one webhook
+		networkLister = samplecrdlisters.NewNetworkLister(d.Networks.GetIndexer())
+	}
+	joins := &podnetworks.Admission{Networks: networkLister,
 		Namespaces: tenancy.Namespaces{Lister: d.Namespaces, Kube: d.Kube}, Pins: d.Pins}
 	netAdmission := &networks.Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(kubeclient.Scheme),
 		Resolver: netspec.Resolver{AllowReserved: d.AllowReservedPrefixes}, Addresses: d.Addresses}
@@ -280,7 +284,7 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		set.Webhooks = append(set.Webhooks, webhook.Webhook{
 			Name:     "deployments.network.samplecrd.k8s.io",
 			Path:     PathDeploymentNetwork,
-			Handler:  webhook.HandlerFunc((&deployments.Attacher{Networks: samplecrdlisters.NewNetworkLister(d.Networks.GetIndexer())}).Admit),
+			Handler:  webhook.HandlerFunc((&deployments.Attacher{Networks: networkLister}).Admit),
 			Mutating: true,
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},

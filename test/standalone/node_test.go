@@ -263,6 +263,8 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("Networks are boundaries", func(t *testing.T) { checkBoundaries(t, cfg, kube, netns) })
+
 	t.Run("a Deployment's own Network", func(t *testing.T) {
 		// As `kubectl create deployment`, annotated: its pod runs on the
 		// node with net1 on the Network netop made for it.

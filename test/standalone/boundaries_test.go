@@ -1,0 +1,126 @@
+package standalone
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// nodeServicePort is where a service of the node listens, in the
+// namespace of the Networks' bridges, on every address (the gateways').
+const nodeServicePort = "10299"
+
+// Issue 33 on the real node: a pod of another namespace is refused at
+// admission; a privileged pod on Network B that routes to Network A via
+// its gateway gets no reply, and opens no connection to a service of the
+// node through its gateway, while it still pings its gateway; the rules,
+// flushed by hand, come back and hold again.
+func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, backendNetns string) {
+	ctx := t.Context()
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
+	for name, cidr := range map[string]string{"neta": "10.171.0.0/24", "netb": "10.172.0.0/24"} {
+		if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		p := busyboxPod("foreign", corev1.RestartPolicyAlways, "sleep 3600")
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: "default/neta"}
+		_, err := kube.CoreV1().Pods("tenant-b").Create(ctx, p, metav1.CreateOptions{})
+		return err != nil && strings.Contains(err.Error(), "pods of namespace tenant-b may not join Network default/neta: the Network admits pods of its own namespace only"),
+			fmt.Sprintf("a pod of tenant-b naming default/neta: %v", err)
+	})
+
+	a := busyboxPod("a1", corev1.RestartPolicyAlways, "sleep 3600")
+	a.Annotations = map[string]string{netselect.NetworksAnnotation: "neta"}
+	b := busyboxPod("b1", corev1.RestartPolicyAlways, "sleep 3600")
+	b.Annotations = map[string]string{netselect.NetworksAnnotation: "netb"}
+	b.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(bool)}
+	*b.Spec.Containers[0].SecurityContext.Privileged = true
+	runPod(t, kube, a)
+	runPod(t, kube, b)
+	waitRunning(t, kube, "a1", "c")
+	waitRunning(t, kube, "b1", "c")
+	fields := strings.Fields(execIn(t, cfg, kube, "a1", "sh", "-c", "ip -4 -o addr show dev net1"))
+	if len(fields) < 4 {
+		t.Fatalf("pod a1: net1 has %q", fields)
+	}
+	addrA := strings.Split(fields[3], "/")[0]
+	execIn(t, cfg, kube, "b1", "ip", "route", "add", "10.171.0.0/24", "via", "10.172.0.1", "dev", "net1")
+
+	// A service of the node, on every address of the bridges' namespace;
+	// reachable there at the gateway's address, so only the rules keep
+	// pods from it.
+	listener := exec.Command("ip", "netns", "exec", backendNetns, "busybox", "nc", "-ll", "-p", nodeServicePort, "-e", "true")
+	if err := listener.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Process.Kill(); _ = listener.Wait() })
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", backendNetns, "busybox", "nc", "-w", "2", "10.172.0.1", nodeServicePort).CombinedOutput()
+		return err == nil, fmt.Sprintf("the node's service is not listening on the gateway: %v %s", err, out)
+	})
+
+	exitOf := func(pod, command string) string {
+		return strings.TrimSpace(execIn(t, cfg, kube, pod, "sh", "-c", command+" </dev/null >/dev/null 2>&1; echo $?"))
+	}
+	check := func(when string) {
+		t.Helper()
+		if got := exitOf("b1", "ping -c 1 -W 3 10.172.0.1"); got != "0" {
+			t.Errorf("%s: b1 pinging its gateway exited %s", when, got)
+		}
+		if got := exitOf("b1", "ping -c 2 -W 1 "+addrA); got == "0" {
+			t.Errorf("%s: b1 on netb reached a1 (%s) on neta through its gateway", when, addrA)
+		}
+		if got := exitOf("b1", "nc -w 2 10.172.0.1 "+nodeServicePort); got == "0" {
+			t.Errorf("%s: b1 opened a connection to the node's port %s through its gateway", when, nodeServicePort)
+		}
+	}
+	check("isolated")
+
+	// Flushed by hand: repaired by the drift watch.
+	handle, err := netns.GetFromName(backendNetns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = handle.Close() }()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(handle)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: linux.IsolationTable}
+	conn.FlushTable(table)
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		rules, err := conn.GetRules(table, &nftables.Chain{Name: "forward", Table: table})
+		return err == nil && len(rules) > 0, fmt.Sprintf("the forward chain has %d rules (%v)", len(rules), err)
+	})
+	check("after the table was flushed")
+	for _, name := range []string{"a1", "b1"} {
+		if err := kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
