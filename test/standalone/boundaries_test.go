@@ -68,22 +68,22 @@ func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, 
 	addrA := strings.Split(fields[3], "/")[0]
 	execIn(t, cfg, kube, "b1", "ip", "route", "add", "10.171.0.0/24", "via", "10.172.0.1", "dev", "net1")
 
-	// A service of the node, on every address of the bridges' namespace;
-	// reachable there at the gateway's address, so only the rules keep
-	// pods from it.
+	// A service of the node, listening on every address of the bridges'
+	// namespace, the gateways' among them: only the rules keep pods from
+	// it.
 	listener := exec.Command("ip", "netns", "exec", backendNetns, "busybox", "nc", "-ll", "-p", nodeServicePort, "-e", "true")
 	if err := listener.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = listener.Process.Kill(); _ = listener.Wait() })
-	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", backendNetns, "busybox", "nc", "-w", "2", "10.172.0.1", nodeServicePort).CombinedOutput()
-		return err == nil, fmt.Sprintf("the node's service is not listening on the gateway: %v %s", err, out)
-	})
 
 	exitOf := func(pod, command string) string {
 		return strings.TrimSpace(execIn(t, cfg, kube, pod, "sh", "-c", command+" </dev/null >/dev/null 2>&1; echo $?"))
 	}
+	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", backendNetns, "busybox", "netstat", "-ltn").CombinedOutput()
+		return err == nil && strings.Contains(string(out), ":"+nodeServicePort+" "), fmt.Sprintf("the node's service is not listening: %v %s", err, out)
+	})
 	check := func(when string) {
 		t.Helper()
 		if got := exitOf("b1", "ping -c 1 -W 3 10.172.0.1"); got != "0" {
