@@ -737,6 +737,9 @@ func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
 // the namespace cache knows; a namespace it has not seen yet is tried
 // again when it appears.
 func (c *Controller) admits(network *samplecrdv2.Network, namespace string) error {
+	if namespace == network.Namespace {
+		return nil // its own: no namespace to read
+	}
 	labels, err := tenancy.Namespaces{Lister: c.namespaces}.Labels(context.Background(), namespace)
 	if err != nil {
 		return &tenancy.NotAdmittedError{Namespace: namespace, Network: network.Namespace + "/" + network.Name, Why: err.Error()}
