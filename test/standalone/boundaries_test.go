@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -77,9 +79,7 @@ func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, 
 	}
 	t.Cleanup(func() { _ = listener.Process.Kill(); _ = listener.Wait() })
 
-	exitOf := func(pod, command string) string {
-		return strings.TrimSpace(execIn(t, cfg, kube, pod, "sh", "-c", command+" </dev/null >/dev/null 2>&1; echo $?"))
-	}
+	exitOf := func(pod, command string) string { return exitCode(t, cfg, kube, pod, command) }
 	testenv.Eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
 		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", backendNetns, "busybox", "netstat", "-ltn").CombinedOutput()
 		return err == nil && strings.Contains(string(out), ":"+nodeServicePort+" "), fmt.Sprintf("the node's service is not listening: %v %s", err, out)
@@ -122,5 +122,87 @@ func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, 
 		if err := kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// exitCode runs command in pod through sh and returns its exit status.
+func exitCode(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod, command string) string {
+	t.Helper()
+	return strings.TrimSpace(execIn(t, cfg, kube, pod, "sh", "-c", command+" </dev/null >/dev/null 2>&1; echo $?"))
+}
+
+// Across nodes (issue 33): a privileged pod of another Network on node,
+// routing to the cidr of spans (whose pods are on-1, on node 1, and on-3,
+// on node) through its own gateway, reaches neither: not the pod on its
+// node, not the one across the overlay. It still pings its gateway.
+func checkOverlayIsolation(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, node, spansCIDR string, spans map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
+	if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "walled"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.152.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := busyboxPod("walled", corev1.RestartPolicyAlways, "sleep 3600")
+	p.Spec.NodeName = node
+	p.Annotations = map[string]string{netselect.NetworksAnnotation: "walled"}
+	privileged := true
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
+	runPod(t, kube, p)
+	waitRunning(t, kube, "walled", "c")
+	execIn(t, cfg, kube, "walled", "ip", "route", "add", spansCIDR, "via", "10.152.0.1", "dev", "net1")
+	// The node forwards, as a node with pods does (else the check below
+	// would hold without any rule); the namespace is named after the node.
+	if out, err := exec.Command("ip", "netns", "exec", node, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward").CombinedOutput(); err != nil {
+		t.Fatalf("turning forwarding on in %s: %v %s", node, err, out)
+	}
+	if got := exitCode(t, cfg, kube, "walled", "ping -c 1 -W 3 10.152.0.1"); got != "0" {
+		t.Errorf("the walled pod pinging its gateway exited %s", got)
+	}
+	for pod, addr := range spans {
+		if got := exitCode(t, cfg, kube, "walled", "ping -c 2 -W 1 "+addr); got == "0" {
+			t.Errorf("the walled pod on %s reached %s (%s) on another Network through its gateway", node, pod, addr)
+		}
+	}
+	if err := kube.CoreV1().Pods("default").Delete(ctx, "walled", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The token the kubelet gives the agent on node (bound to its pod, so the
+// API server adds the pod's node to it) writes node's NetworkNode and no
+// other's (config/policy/agent_node.yaml).
+func checkAgentTokens(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, node, other string) {
+	t.Helper()
+	ctx := t.Context()
+	agents, err := kube.CoreV1().Pods("netop-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent",
+		FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("agent of %s: %v %v", node, agents, err)
+	}
+	agent := agents.Items[0]
+	token, err := kube.CoreV1().ServiceAccounts("netop-system").CreateToken(ctx, agent.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAgent := rest.AnonymousClientConfig(cfg)
+	asAgent.BearerToken = token.Status.Token
+	reports := versioned.NewForConfigOrDie(asAgent).NetopV1alpha1().NetworkNodes()
+	mine, err := reports.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agent reading its NetworkNode: %v", err)
+	}
+	if _, err := reports.UpdateStatus(ctx, mine, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the agent of %s writing its own NetworkNode: %v", node, err)
+	}
+	theirs, err := reports.Get(ctx, other, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agent reading another NetworkNode: %v", err)
+	}
+	_, err = reports.UpdateStatus(ctx, theirs, metav1.UpdateOptions{})
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "the agent of node "+node+" may write only its own NetworkNode, not "+other) {
+		t.Errorf("the agent of %s writing %s's NetworkNode: %v, want Forbidden with the reason", node, other, err)
 	}
 }

@@ -151,6 +151,11 @@ func TestNodesWithManifests(t *testing.T) {
 	}
 	execIn(t, cfg, kube, "on-1", "ping", "-c", "1", "-W", "3", addrs["on-3"])
 
+	// Networks stay boundaries across nodes, and an agent's own token
+	// writes only its node's report (issue 33).
+	checkOverlayIsolation(t, cfg, kube, nodeNames[2], network.Spec.CIDR, addrs)
+	checkAgentTokens(t, cfg, kube, nodeNames[0], nodeNames[1])
+
 	// The leading controller killed: the other replica leads within the
 	// lease (15 s). Nothing is lost or doubled: the converged Network is
 	// neither written nor rebuilt by the new leader, and a Network made
