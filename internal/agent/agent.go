@@ -137,7 +137,7 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 			}
 		}
 		a.cni = &CNIInstall{Executable: exe, BinDir: o.CNIBinDir, Kubeconfig: d.CNIKubeconfig, Server: d.Config.Host, CAData: ca,
-			Namespace: d.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, TokenLifetime: o.CNITokenLifetime, Kube: d.Kube}
+			Namespace: d.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, Node: o.NodeName, TokenLifetime: o.CNITokenLifetime, Kube: d.Kube}
 	}
 	a.report = networknode.NewReport(d.Client, d.Kube, o.NodeName, o.Pod, reportDelay)
 	if err := a.report.Load(ctx); err != nil {

@@ -45,6 +45,12 @@ type CNIInstall struct {
 	CAData []byte
 	// Namespace and ServiceAccount name the plugin's identity.
 	Namespace, ServiceAccount string
+	// Node, if set, is the node the tokens are bound to: they carry its
+	// name (the claim authentication.kubernetes.io/node-name, which audit
+	// logs and admission policies see) and stop working once its Node
+	// object is deleted. (A token cannot be bound to the agent's pod: it
+	// runs as another service account.)
+	Node string
 	// TokenLifetime is how long each token is requested for.
 	TokenLifetime time.Duration
 	Kube          kubernetes.Interface
@@ -191,9 +197,15 @@ func (c *CNIInstall) writeKubeconfig() error {
 // writes it; it returns when the token expires.
 func (c *CNIInstall) renewToken(ctx context.Context) (time.Time, error) {
 	seconds := int64(c.TokenLifetime.Seconds())
-	tr, err := c.Kube.CoreV1().ServiceAccounts(c.Namespace).CreateToken(ctx, c.ServiceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds},
-	}, metav1.CreateOptions{})
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}
+	if c.Node != "" {
+		node, err := c.Kube.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("reading node %s to bind the CNI plugin's token to: %w", c.Node, err)
+		}
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+	}
+	tr, err := c.Kube.CoreV1().ServiceAccounts(c.Namespace).CreateToken(ctx, c.ServiceAccount, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("request a token for service account %s/%s: %w", c.Namespace, c.ServiceAccount, err)
 	}

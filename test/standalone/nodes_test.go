@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,7 +108,7 @@ func TestNodesWithManifests(t *testing.T) {
 			fmt.Sprintf("controller %d/2 ready, agents %d/3 ready", d.Status.ReadyReplicas, ds.Status.NumberReady)
 	})
 
-	checkCNIInstalled(t, cfg, binary, cniBin, cniConfig)
+	checkCNIInstalled(t, cfg, binary, cniBin, cniConfig, nodeNames)
 
 	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.150.0.0/24"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -253,8 +255,9 @@ func TestNodesWithManifests(t *testing.T) {
 
 // checkCNIInstalled checks what the agents installed for the CNI plugin:
 // the image's binary, which answers as the plugin, and a kubeconfig whose
-// token reads pods and nothing else.
-func checkCNIInstalled(t *testing.T, cfg *rest.Config, binary, binDir, configDir string) {
+// token reads pods and nothing else, bound to one of nodes (they share
+// this host's directories: the last agent to write it wins).
+func checkCNIInstalled(t *testing.T, cfg *rest.Config, binary, binDir, configDir string, nodes []string) {
 	t.Helper()
 	plugin := filepath.Join(binDir, "netop-cni")
 	kubeconfig := filepath.Join(configDir, "netop.kubeconfig")
@@ -301,6 +304,13 @@ func checkCNIInstalled(t *testing.T, cfg *rest.Config, binary, binDir, configDir
 	}
 	if _, err := asPlugin.CoreV1().Secrets("netop-system").List(t.Context(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the CNI plugin's token lists secrets: %v", err)
+	}
+	review, err := asPlugin.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("who the CNI plugin's token is: %v", err)
+	}
+	if node := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(node) != 1 || !slices.Contains(nodes, node[0]) {
+		t.Errorf("the CNI plugin's token is bound to node %v, want one of %v", node, nodes)
 	}
 }
 
