@@ -19,6 +19,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/tenancy"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -52,6 +53,41 @@ func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, 
 		return err != nil && strings.Contains(err.Error(), "pods of namespace tenant-b may not join Network default/neta: the Network admits pods of its own namespace only"),
 			fmt.Sprintf("a pod of tenant-b naming default/neta: %v", err)
 	})
+
+	// Where admission does not look (kube-system, as everywhere with the
+	// webhooks off), the allocation controller refuses: no address, a
+	// Warning Event, and the kubelet's sandbox fails with the reason.
+	unchecked := busyboxPod("unchecked", corev1.RestartPolicyAlways, "sleep 3600")
+	unchecked.Annotations = map[string]string{netselect.NetworksAnnotation: "default/neta"}
+	if _, err := kube.CoreV1().Pods("kube-system").Create(ctx, unchecked, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	why := "pods of namespace kube-system may not join Network default/neta: the Network admits pods of its own namespace only"
+	for _, want := range []struct{ reason, message string }{
+		{tenancy.Reason, why},
+		{"FailedCreatePodSandBox", "netop refuses its Networks: " + why},
+	} {
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			events, err := kube.CoreV1().Events("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=unchecked"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, e := range events.Items {
+				if e.Reason == want.reason && strings.Contains(e.Message, want.message) {
+					return true, ""
+				}
+				seen = append(seen, e.Reason+": "+e.Message)
+			}
+			return false, fmt.Sprintf("no %s Event saying %q; seen %q", want.reason, want.message, seen)
+		})
+	}
+	if p, err := kube.CoreV1().Pods("kube-system").Get(ctx, "unchecked", metav1.GetOptions{}); err != nil || p.Annotations[netselect.AllocationsAnnotation] != "" {
+		t.Errorf("the unchecked pod: allocations %q (%v), want none", p.Annotations[netselect.AllocationsAnnotation], err)
+	}
+	if err := kube.CoreV1().Pods("kube-system").Delete(ctx, "unchecked", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
 
 	a := busyboxPod("a1", corev1.RestartPolicyAlways, "sleep 3600")
 	a.Annotations = map[string]string{netselect.NetworksAnnotation: "neta"}
