@@ -1,0 +1,83 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+)
+
+// Issue 33: a pod cannot be given addresses by anyone but netop. A user
+// who may create and update pods in their namespace is refused, by the API
+// server itself (netop's ValidatingAdmissionPolicy), a pod that carries
+// allocations or a refusal of its own making, and an update that adds or
+// changes them; their ordinary pods are admitted, and netop's controller
+// may write them.
+func TestOnlyNetopWritesAllocations(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	as := func(user string, groups ...string) kubernetes.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	mallory := as("mallory")
+	forged := `[{"network":"` + ns + `/any","networkUID":"00000000-0000-0000-0000-000000000000","interface":"net1","ips":["10.0.0.1/24"],"mac":"0a:58:0a:00:00:01"}]`
+	pod := func(name string, annotations map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	}
+	refused := func(what string, err error, annotation string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "only netop writes the annotation "+annotation+" of a pod") {
+			t.Errorf("%s: %v, want refused naming %s", what, err, annotation)
+		}
+	}
+	// The policy takes a moment to be enforced once created.
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := mallory.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{netselect.AllocationsAnnotation: forged}),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, fmt.Sprintf("a pod with forged allocations: %v", err)
+	})
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{netselect.AllocationsAnnotation: forged}), metav1.CreateOptions{})
+	refused("creating a pod with allocations", err, netselect.AllocationsAnnotation)
+	_, err = mallory.CoreV1().Pods(ns).Create(ctx, pod("refusal", map[string]string{netselect.RefusedAnnotation: "none"}), metav1.CreateOptions{})
+	refused("creating a pod with a refusal", err, netselect.RefusedAnnotation)
+
+	own, err := mallory.CoreV1().Pods(ns).Create(ctx, pod("own", map[string]string{"team": "x"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("an ordinary pod: %v", err)
+	}
+	own.Annotations[netselect.AllocationsAnnotation] = forged
+	_, err = mallory.CoreV1().Pods(ns).Update(ctx, own, metav1.UpdateOptions{})
+	refused("adding allocations to a pod", err, netselect.AllocationsAnnotation)
+
+	// netop's controller writes them, as it does: a merge patch.
+	controller := as("system:serviceaccount:"+operatorNamespace+":netop", serviceAccountGroups...)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.AllocationsAnnotation: forged}}})
+	if _, err := controller.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("netop's controller writing allocations: %v", err)
+	}
+}
