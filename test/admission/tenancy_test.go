@@ -213,11 +213,17 @@ func TestWhoMayJoinANetwork(t *testing.T) {
 	if n, err := env.Netop.SamplecrdV2().Networks(tenantA).Get(ctx, "neta", metav1.GetOptions{}); err != nil || n.Spec.NamespaceSelector == nil {
 		t.Fatalf("after a v1 update: selector %v (%v), want {} kept", n.Spec.NamespaceSelector, err)
 	}
-	v1.Annotations[samplecrdv1.NamespaceSelectorAnnotation] = "{broken"
-	requireRefused(t, "a v1 client's broken selector", func(ctx context.Context) error {
-		_, err := env.Netop.SamplecrdV1().Networks(tenantA).Update(ctx, v1, metav1.UpdateOptions{})
-		return err
-	}, "metadata.annotations["+samplecrdv1.NamespaceSelectorAnnotation+"]", "not a label selector")
+	for value, why := range map[string]string{
+		"{broken":                     "not a label selector",
+		"null":                        "null is no selector",
+		`{"matchLabel":{"team":"b"}}`: `unknown field "matchLabel"`,
+	} {
+		v1.Annotations[samplecrdv1.NamespaceSelectorAnnotation] = value
+		requireRefused(t, "a v1 client's selector "+value, func(ctx context.Context) error {
+			_, err := env.Netop.SamplecrdV1().Networks(tenantA).Update(ctx, v1, metav1.UpdateOptions{})
+			return err
+		}, "metadata.annotations["+samplecrdv1.NamespaceSelectorAnnotation+"]", why)
+	}
 }
 
 // Pinned addresses and MACs are checked at admission: inside the cidr,

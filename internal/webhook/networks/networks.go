@@ -146,8 +146,8 @@ func namespaceSelector(req *admissionv1.AdmissionRequest, n *samplecrdv2.Network
 		var written metav1.PartialObjectMetadata
 		if err := json.Unmarshal(req.Object.Raw, &written); err == nil {
 			if value, ok := written.Annotations[samplecrdv1.NamespaceSelectorAnnotation]; ok {
-				if err := json.Unmarshal([]byte(value), &metav1.LabelSelector{}); err != nil {
-					return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("not a label selector in JSON: %v", err))}
+				if _, err := samplecrdv1.ParseNamespaceSelector(value); err != nil {
+					return field.ErrorList{field.Invalid(path, value, err.Error())}
 				}
 			}
 		}

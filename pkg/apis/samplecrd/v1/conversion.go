@@ -2,7 +2,10 @@ package v1
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/conversion"
@@ -190,19 +193,39 @@ func takeAnnotation(m *metav1.ObjectMeta, key string) (families, bool) {
 }
 
 // takeSelector removes the namespace selector's annotation from m and
-// returns the selector it held. One that does not parse is dropped: the
-// Network then admits its own namespace only, the narrowest reading, and
-// admission refuses such an annotation from a v1 client.
+// returns the selector it held. One that does not parse strictly (null,
+// an unknown field such as a misspelt matchLabels) is dropped: the Network
+// then admits its own namespace only, the narrowest reading, rather than
+// every namespace as an empty selector would; admission refuses such an
+// annotation from a v1 client.
 func takeSelector(m *metav1.ObjectMeta) *metav1.LabelSelector {
 	value, ok := takeValue(m, NamespaceSelectorAnnotation)
 	if !ok {
 		return nil
 	}
-	selector := &metav1.LabelSelector{}
-	if err := json.Unmarshal([]byte(value), selector); err != nil {
+	selector, err := ParseNamespaceSelector(value)
+	if err != nil {
 		return nil
 	}
 	return selector
+}
+
+// ParseNamespaceSelector reads the annotation NamespaceSelectorAnnotation:
+// a label selector in JSON, every field known, not null.
+func ParseNamespaceSelector(value string) (*metav1.LabelSelector, error) {
+	if strings.TrimSpace(value) == "null" {
+		return nil, errors.New("null is no selector: remove the annotation to admit the Network's own namespace only, or write {} to admit every namespace")
+	}
+	dec := json.NewDecoder(strings.NewReader(value))
+	dec.DisallowUnknownFields()
+	selector := &metav1.LabelSelector{}
+	if err := dec.Decode(selector); err != nil {
+		return nil, fmt.Errorf("not a label selector in JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("not a label selector in JSON: more than one value")
+	}
+	return selector, nil
 }
 
 // takeValue removes the annotation key from m (from a copy of its map) and
