@@ -174,13 +174,20 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Name:       "names-networks",
 		Expression: "has(object.metadata.annotations) && '" + netselect.NetworksAnnotation + "' in object.metadata.annotations",
 	}}
-	templateAnnotations := func(template string) string {
-		return fmt.Sprintf("(has(%[1]s.metadata) && has(%[1]s.metadata.annotations) && '%[2]s' in %[1]s.metadata.annotations)", template, netselect.NetworksAnnotation)
+	// The template's selection, "" if none, of the object o.
+	templateSelection := func(o string) string {
+		selection := func(template string) string {
+			return fmt.Sprintf("(has(%[1]s) && has(%[1]s.metadata) && has(%[1]s.metadata.annotations) && '%[2]s' in %[1]s.metadata.annotations ? %[1]s.metadata.annotations['%[2]s'] : '')",
+				template, netselect.NetworksAnnotation)
+		}
+		return fmt.Sprintf("(request.kind.kind == 'CronJob' ? %s : %s)", selection(o+".spec.jobTemplate.spec.template"), selection(o+".spec.template"))
 	}
+	// Only a new or changed selection: a workload admitted before is
+	// scaled and restarted without a call.
 	templateNamesNetworks := []admissionregistrationv1.MatchCondition{{
-		Name: "template-names-networks",
-		Expression: "request.kind.kind == 'CronJob' ? has(object.spec.jobTemplate.spec.template) && " + templateAnnotations("object.spec.jobTemplate.spec.template") +
-			" : has(object.spec.template) && " + templateAnnotations("object.spec.template"),
+		Name: "template-selection-new-or-changed",
+		Expression: templateSelection("object") + " != '' && (request.operation != 'UPDATE' || " +
+			templateSelection("object") + " != " + templateSelection("oldObject") + ")",
 	}}
 	var networkLister samplecrdlisters.NetworkLister
 	if d.Networks != nil { // nil in unit tests of one webhook

@@ -52,7 +52,7 @@ func Admits(n *samplecrdv2.Network, namespace string, namespaceLabels map[string
 		return refuse("its spec.namespaceSelector is invalid: %v", err)
 	}
 	if !selector.Matches(labels.Set(namespaceLabels)) {
-		return refuse("its spec.namespaceSelector (%s) does not select the namespace", describe(n.Spec.NamespaceSelector))
+		return refuse("its spec.namespaceSelector (%s) does not select the namespace", metav1.FormatLabelSelector(n.Spec.NamespaceSelector))
 	}
 	return nil
 }
@@ -61,14 +61,6 @@ func Admits(n *samplecrdv2.Network, namespace string, namespaceLabels map[string
 // that does not exist: nothing can say the pod may join it.
 func NotFound(namespace, network string) error {
 	return &NotAdmittedError{Namespace: namespace, Network: network, Why: "the Network does not exist"}
-}
-
-// describe is a selector as kubectl shows one.
-func describe(s *metav1.LabelSelector) string {
-	if selector, err := metav1.LabelSelectorAsSelector(s); err == nil && !selector.Empty() {
-		return selector.String()
-	}
-	return "<none>"
 }
 
 // Namespaces reads namespaces' labels from a cache, and from the API

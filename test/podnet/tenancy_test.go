@@ -50,11 +50,9 @@ func TestForeignNamespaceWithoutWebhooks(t *testing.T) {
 		t.Fatal("a refused pod got net1")
 	}
 
-	// Selected by label: admitted, the refusal removed in the same write.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"team": "b"}}})
-	if _, err := env.Kube.CoreV1().Namespaces().Patch(ctx, tenantB, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The Network selects team=b, which the namespace is not yet: still
+	// refused. Once the namespace is labelled (the allocator watches
+	// namespaces), admitted, the refusal removed in the same write.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		net, err := env.Netop.SamplecrdV2().Networks(n.ns).Get(ctx, "example-network", metav1.GetOptions{})
 		if err != nil {
@@ -65,6 +63,12 @@ func TestForeignNamespaceWithoutWebhooks(t *testing.T) {
 		return err
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, env, tenantB, "foreign", tenancy.Reason, fmt.Sprintf(
+		"pods of namespace %s may not join Network %s: its spec.namespaceSelector (team=b) does not select the namespace", tenantB, network))
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"team": "b"}}})
+	if _, err := env.Kube.CoreV1().Namespaces().Patch(ctx, tenantB, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {

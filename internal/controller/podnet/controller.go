@@ -318,9 +318,11 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
 			logger.V(1).Info("Pod waits for its networks", "reason", wait.reason, "message", wait.msg)
 			if wait.refused {
-				return c.refuse(ctx, pod, wait.msg)
+				return c.recordRefusal(ctx, pod, wait.msg)
 			}
-			return nil
+			// Waiting for what is on its way: an older refusal no longer
+			// holds.
+			return c.recordRefusal(ctx, pod, "")
 		}
 		return err
 	}
@@ -402,7 +404,9 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 				if refused.retry {
 					c.waitLocked(key, name)
 				}
-				return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: %v", key, err), refused: true}
+				// An address another pod holds, or a cidr that may move,
+				// is waited for; one that can never be the pod's is refused.
+				return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: %v", key, err), refused: !refused.retry}
 			case errors.Is(err, ipam.ErrFull):
 				c.waitLocked(key, name)
 				// A Network of one family says it as before; of two, which.
@@ -615,7 +619,9 @@ func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Sele
 	}
 	for _, obj := range objs {
 		holder := obj.(*corev1.Pod)
-		if holder.Namespace == pod.Namespace && holder.Name == pod.Name {
+		// A pod being deleted frees its address when it goes: its
+		// successor (a pinned replica) is admitted and waits for it.
+		if holder.Namespace == pod.Namespace && holder.Name == pod.Name || holder.DeletionTimestamp != nil {
 			continue
 		}
 		have, _ := netselect.ParseAllocations(holder.Annotations[netselect.AllocationsAnnotation])
@@ -747,20 +753,26 @@ func (c *Controller) admits(network *samplecrdv2.Network, namespace string) erro
 	return tenancy.Admits(network, namespace, labels)
 }
 
-// refuse records on the pod why it gets no addresses, for the CNI plugin
-// to fail its sandbox with, unless the pod says so already.
-func (c *Controller) refuse(ctx context.Context, pod *corev1.Pod, msg string) error {
-	if pod.Annotations[netselect.RefusedAnnotation] == msg {
+// recordRefusal records on the pod why it gets no addresses, for the CNI
+// plugin to fail its sandbox with, or with msg empty that it is not
+// refused; unless the pod says so already.
+func (c *Controller) recordRefusal(ctx context.Context, pod *corev1.Pod, msg string) error {
+	have, refused := pod.Annotations[netselect.RefusedAnnotation]
+	if have == msg && refused == (msg != "") {
 		return nil
 	}
+	var value any
+	if msg != "" {
+		value = msg
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": pod.UID, "annotations": map[string]string{netselect.RefusedAnnotation: msg},
+		"uid": pod.UID, "annotations": map[string]any{netselect.RefusedAnnotation: value},
 	}})
 	if err != nil {
 		return err
 	}
 	if _, err := c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("recording why the pod gets no addresses: %w", err)
+		return fmt.Errorf("recording whether the pod is refused its addresses: %w", err)
 	}
 	return nil
 }
@@ -790,10 +802,9 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	// the kubelet change a new pod at the same time, and each change would
 	// cost a conflict and a second write; the annotations are netop's alone,
 	// and once written they are the pod's for its life.
-	annotations := map[string]any{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status}
-	if _, refused := pod.Annotations[netselect.RefusedAnnotation]; refused {
-		annotations[netselect.RefusedAnnotation] = nil // refused no more
-	}
+	// Refused no more, also if a refusal written an instant ago is not in
+	// the cache yet: removing an absent annotation changes nothing.
+	annotations := map[string]any{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status, netselect.RefusedAnnotation: nil}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": annotations}})
 	if err != nil {
 		return err
