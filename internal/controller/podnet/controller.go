@@ -562,10 +562,8 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 		}
 		ps = familyPools{p}
 	}
-	allocated, _ := ps.usage()
-	if allocated == 0 {
-		return netselect.Holders{}, nil
-	}
+	// The pods cache answers on any replica: a replica that does not lead
+	// runs no sync, so its pools are as they were when first built.
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
 		return netselect.Holders{}, err
@@ -577,9 +575,13 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 		}
 	}
 	slices.Sort(pods)
-	// Pods whose allocation is still being written are not in the index
-	// yet, but hold their addresses already.
-	return netselect.Holders{Count: max(int64(len(pods)), 1), Pods: pods[:min(limit, len(pods))]}, nil
+	count := int64(len(pods))
+	// On the leader, pods whose allocation is still being written are not
+	// in the index yet, but hold their addresses already.
+	if allocated, _ := ps.usage(); count == 0 && allocated > 0 {
+		count = 1
+	}
+	return netselect.Holders{Count: count, Pods: pods[:min(limit, len(pods))]}, nil
 }
 
 // CheckPinned says why the addresses that s pins on network cannot be

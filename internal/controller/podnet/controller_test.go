@@ -1,0 +1,50 @@
+package podnet
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned/fake"
+	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+)
+
+// A replica that does not lead runs no sync, so its pools never learn of
+// the leader's allocations; Held, which the Network webhook asks on every
+// replica, must still count the pods that hold addresses (from the pods
+// cache), or a cidr could move under them.
+func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
+	kube := kubefake.NewClientset()
+	pods := kubeinformers.NewSharedInformerFactory(kube, 0)
+	nets := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	c, err := New(context.Background(), kube, pods.Core().V1().Pods(), nets.Samplecrd().V2().Networks(), pods.Core().V1().Namespaces(),
+		record.NewFakeRecorder(10), metrics.New(), Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "net-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.70.0.0/24"}}}
+	if h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3); err != nil || h.Count != 0 {
+		t.Fatalf("no pods yet: %+v %v", h, err)
+	}
+	// The leader allocates; this replica's cache sees the pod.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-uid", Annotations: map[string]string{
+		netselect.AllocationsAnnotation: `[{"network":"ns/n","networkUID":"net-uid","interface":"net1","ips":["10.70.0.2/24"],"mac":"0a:58:0a:46:00:02"}]`,
+	}}}
+	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3)
+	if err != nil || h.Count != 1 || len(h.Pods) != 1 || h.Pods[0] != "ns/p" {
+		t.Fatalf("after the leader's allocation: %+v %v, want ns/p", h, err)
+	}
+}
