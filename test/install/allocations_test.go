@@ -70,13 +70,13 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an ordinary pod: %v", err)
 	}
-	own.Annotations[netselect.AllocationsAnnotation] = forged
-	_, err = mallory.CoreV1().Pods(ns).Update(ctx, own, metav1.UpdateOptions{})
+	// A patch, not an update: others (the scheduler) change a new pod too.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.AllocationsAnnotation: forged}}})
+	_, err = mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	refused("adding allocations to a pod", err, netselect.AllocationsAnnotation)
 
 	// netop's controller writes them, as it does: a merge patch.
 	controller := as("system:serviceaccount:"+operatorNamespace+":netop", serviceAccountGroups...)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.AllocationsAnnotation: forged}}})
 	if _, err := controller.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("netop's controller writing allocations: %v", err)
 	}
