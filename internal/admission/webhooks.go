@@ -177,8 +177,7 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 	// The template's selection, "" if none, of the object o.
 	templateSelection := func(o string) string {
 		selection := func(template string) string {
-			return fmt.Sprintf("(has(%[1]s) && has(%[1]s.metadata) && has(%[1]s.metadata.annotations) && '%[2]s' in %[1]s.metadata.annotations ? %[1]s.metadata.annotations['%[2]s'] : '')",
-				template, netselect.NetworksAnnotation)
+			return fmt.Sprintf("(has(%[1]s) && has(%[1]s.metadata) ? %[2]s : '')", template, annotation(template, netselect.NetworksAnnotation))
 		}
 		return fmt.Sprintf("(request.kind.kind == 'CronJob' ? %s : %s)", selection(o+".spec.jobTemplate.spec.template"), selection(o+".spec.template"))
 	}

@@ -71,6 +71,20 @@ type Namespaces struct {
 	Kube   kubernetes.Interface
 }
 
+// Admits says whether pods of namespace may join n: its own namespace
+// without reading it, another by its labels (Admits). A *NotAdmittedError
+// says why not; another error, that the namespace could not be read.
+func (ns Namespaces) Admits(ctx context.Context, n *samplecrdv2.Network, namespace string) error {
+	if namespace == n.Namespace {
+		return nil
+	}
+	labels, err := ns.Labels(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	return Admits(n, namespace, labels)
+}
+
 // Labels are the labels of the namespace name.
 func (ns Namespaces) Labels(ctx context.Context, name string) (map[string]string, error) {
 	namespace, err := ns.Lister.Get(name)

@@ -97,8 +97,9 @@ type Controller struct {
 	*runner.Controller
 	kube kubernetes.Interface
 	pods corelisters.PodLister
-	// namespaces' labels say which Networks their pods may join.
-	namespaces corelisters.NamespaceLister
+	// namespaces' labels say which Networks their pods may join (the
+	// cache alone: a namespace it has not seen is waited for).
+	namespaces tenancy.Namespaces
 	// podIndex finds the pods holding addresses of a Network.
 	podIndex cache.Indexer
 	changed  func(network cache.ObjectName)
@@ -128,7 +129,7 @@ type held struct {
 func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, networks samplecrdinformers.NetworkInformer,
 	namespaces coreinformers.NamespaceInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
-		kube: kube, pods: pods.Lister(), networks: networks.Lister(), namespaces: namespaces.Lister(), recorder: recorder, resolver: o.Resolver,
+		kube: kube, pods: pods.Lister(), networks: networks.Lister(), namespaces: tenancy.Namespaces{Lister: namespaces.Lister()}, recorder: recorder, resolver: o.Resolver,
 		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
 		retired: map[types.UID]bool{}, changed: func(cache.ObjectName) {}, podIndex: pods.Informer().GetIndexer(),
 	}
@@ -626,15 +627,9 @@ func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Sele
 		if holder.Namespace == pod.Namespace && holder.Name == pod.Name || holder.DeletionTimestamp != nil {
 			continue
 		}
-		have, _ := netselect.ParseAllocations(holder.Annotations[netselect.AllocationsAnnotation])
-		for _, a := range have {
-			if a.NetworkUID != network.UID {
-				continue
-			}
-			for _, held := range addresses(a) {
-				if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
-					return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
-				}
+		for _, held := range podAddresses(holder, network.UID) {
+			if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
+				return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
 			}
 		}
 	}
@@ -654,7 +649,7 @@ func (c *Controller) Outsiders(network *samplecrdv2.Network, limit int) (netsele
 	var pods []string
 	for _, obj := range objs {
 		pod := obj.(*corev1.Pod)
-		if pod.Namespace != network.Namespace && c.admits(network, pod.Namespace) != nil {
+		if c.admits(network, pod.Namespace) != nil {
 			pods = append(pods, cache.MetaObjectToName(pod).String())
 		}
 	}
@@ -665,16 +660,23 @@ func (c *Controller) Outsiders(network *samplecrdv2.Network, limit int) (netsele
 // holdsIn says whether pod holds an address of one of the pools of the
 // Network with UID uid.
 func holdsIn(pod *corev1.Pod, uid types.UID, ps familyPools) bool {
+	return slices.ContainsFunc(podAddresses(pod, uid), func(p netip.Prefix) bool { return ps.of(p.Addr()) != nil })
+}
+
+// podAddresses are the addresses pod holds of the Network with UID uid,
+// as its allocations annotation says; one that does not parse holds none.
+func podAddresses(pod *corev1.Pod, uid types.UID) []netip.Prefix {
 	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
 	if err != nil {
-		return false
+		return nil
 	}
+	var out []netip.Prefix
 	for _, a := range have {
-		if a.NetworkUID == uid && slices.ContainsFunc(addresses(a), func(p netip.Prefix) bool { return ps.of(p.Addr()) != nil }) {
-			return true
+		if a.NetworkUID == uid {
+			out = append(out, addresses(a)...)
 		}
 	}
-	return false
+	return out
 }
 
 // addresses are an allocation's addresses; one that does not parse is
@@ -745,14 +747,11 @@ func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
 // the namespace cache knows; a namespace it has not seen yet is tried
 // again when it appears.
 func (c *Controller) admits(network *samplecrdv2.Network, namespace string) error {
-	if namespace == network.Namespace {
-		return nil // its own: no namespace to read
-	}
-	labels, err := tenancy.Namespaces{Lister: c.namespaces}.Labels(context.Background(), namespace)
-	if err != nil {
+	err := c.namespaces.Admits(context.Background(), network, namespace)
+	if notAdmitted := (*tenancy.NotAdmittedError)(nil); err != nil && !errors.As(err, &notAdmitted) {
 		return &tenancy.NotAdmittedError{Namespace: namespace, Network: network.Namespace + "/" + network.Name, Why: err.Error()}
 	}
-	return tenancy.Admits(network, namespace, labels)
+	return err
 }
 
 // recordRefusal records on the pod why it gets no addresses, for the CNI

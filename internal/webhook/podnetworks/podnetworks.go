@@ -12,6 +12,7 @@ package podnetworks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -98,8 +99,6 @@ func (a *Admission) review(ctx context.Context, what, path, namespace, annotatio
 		return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
 	}
 	var warnings []string
-	var labels map[string]string
-	labelsRead := false
 	for _, s := range selections {
 		network, err := a.Networks.Networks(s.Namespace).Get(s.Name)
 		switch {
@@ -113,14 +112,11 @@ func (a *Admission) review(ctx context.Context, what, path, namespace, annotatio
 		case err != nil:
 			return webhook.Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("reading Network %s/%s: %v", s.Namespace, s.Name, err))
 		}
-		if s.Namespace != namespace && !labelsRead {
-			if labels, err = a.Namespaces.Labels(ctx, namespace); err != nil {
-				return webhook.Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+		if err := a.Namespaces.Admits(ctx, network, namespace); err != nil {
+			if notAdmitted := (*tenancy.NotAdmittedError)(nil); errors.As(err, &notAdmitted) {
+				return refuse(http.StatusForbidden, metav1.StatusReasonForbidden, err.Error())
 			}
-			labelsRead = true
-		}
-		if err := tenancy.Admits(network, namespace, labels); err != nil {
-			return refuse(http.StatusForbidden, metav1.StatusReasonForbidden, err.Error())
+			return webhook.Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
 		}
 		if a.Pins == nil {
 			continue
