@@ -34,6 +34,17 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return crds, nil
 }
 
+// SharedGroup is the API group of the CRDs netop serves but does not own:
+// MultiNetworkPolicy, whose CRD another project (multi-networkpolicy, a
+// network plugin) may have installed first. netop installs it only when
+// it is missing and never rewrites another's.
+const SharedGroup = "k8s.cni.cncf.io"
+
+// Shared reports whether crd is of SharedGroup.
+func Shared(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return crd.Spec.Group == SharedGroup
+}
+
 // Policies returns the admission policies (policy/): the
 // ValidatingAdmissionPolicies and their bindings that the API server
 // enforces without netop in the path.
@@ -86,6 +97,10 @@ type Options struct {
 	// CNIConfigDir is the nodes' directory for the CNI plugin's
 	// kubeconfig and token.
 	CNIConfigDir string
+	// WithoutSharedCRDs leaves out the CRDs of SharedGroup, for clusters
+	// where another project installed them: an apply would replace their
+	// definition by netop's.
+	WithoutSharedCRDs bool
 }
 
 // All returns every manifest, CRDs first, as one multi-document YAML stream
@@ -104,6 +119,9 @@ func All(o Options) []byte {
 	var out bytes.Buffer
 	for _, dir := range []string{"crd", "namespace", "rbac", "policy", "manager"} {
 		for _, doc := range documents(dir) {
+			if dir == "crd" && o.WithoutSharedCRDs && bytes.Contains(doc, []byte("\n  group: "+SharedGroup+"\n")) {
+				continue
+			}
 			if dir == "manager" {
 				doc = []byte(replacer.Replace(string(doc)))
 			}

@@ -47,3 +47,18 @@ func TestPolicies(t *testing.T) {
 		}
 	}
 }
+
+// The MultiNetworkPolicy CRD ships unless a cluster has another project's.
+func TestWithoutSharedCRDs(t *testing.T) {
+	const crd = "name: multi-networkpolicies." + SharedGroup
+	if !strings.Contains(string(All(Options{})), crd) {
+		t.Errorf("manifests lack %s", crd)
+	}
+	without := string(All(Options{WithoutSharedCRDs: true}))
+	if strings.Contains(without, crd) {
+		t.Errorf("manifests without shared CRDs have %s", crd)
+	}
+	if !strings.Contains(without, "name: networks.samplecrd.k8s.io") {
+		t.Error("manifests without shared CRDs lack netop's own")
+	}
+}

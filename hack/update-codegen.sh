@@ -9,7 +9,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 module=$(go list -m)
-apis=(samplecrd/v1 samplecrd/v2 netop/v1alpha1 cnat/v1alpha1)
+apis=(samplecrd/v1 samplecrd/v2 netop/v1alpha1 cnat/v1alpha1 k8s.cni.cncf.io/v1beta1)
 header=hack/boilerplate.go.txt
 out=pkg/generated
 
@@ -96,3 +96,11 @@ awk '{ print } /^spec:$/ && !done { done = 1
   print "      conversionReviewVersions:"
   print "      - v1"
 }' "$crd" > "$crd.tmp" && mv "$crd.tmp" "$crd"
+
+# MultiNetworkPolicy is served, as upstream defines it, in v1beta1 (stored)
+# and v1beta2, of one schema: no conversion is needed, so the version is
+# the same schema again rather than a second package of identical types.
+# The versions are the last field of the CRD.
+crd=config/crd/k8s.cni.cncf.io_multi-networkpolicies.yaml
+awk '/^  - name: v1beta1$/ { copying = 1 } { print } copying { copy = copy $0 "\n" }
+END { sub(/^  - name: v1beta1/, "  - name: v1beta2", copy); sub(/storage: true\n$/, "storage: false\n", copy); printf "%s", copy }' "$crd" > "$crd.tmp" && mv "$crd.tmp" "$crd"

@@ -87,6 +87,7 @@ func newManifestsCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The netop image the controller and the agents run, as `make image` prints it.")
 	cmd.Flags().StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The nodes' CNI plugin directory (their container runtime's), where the agents install netop-cni.")
 	cmd.Flags().StringVar(&o.CNIConfigDir, "cni-config-dir", o.CNIConfigDir, "The nodes' directory where the agents write the CNI plugin's kubeconfig and token.")
+	cmd.Flags().BoolVar(&o.WithoutSharedCRDs, "without-multi-networkpolicy-crd", o.WithoutSharedCRDs, "Leave out the MultiNetworkPolicy CRD (k8s.cni.cncf.io), where another project (multi-networkpolicy) installed it: applying netop's would replace its definition. netop works with either.")
 	return cmd
 }
 

@@ -22,14 +22,42 @@ import (
 	"github.com/netop-dev/netop/internal/ssa"
 )
 
-// CRDs creates or updates netop's CRDs with a server-side apply and waits
-// until each is Established.
+// CRDs creates or updates netop's CRDs with a server-side apply, creates
+// the shared ones (config.Shared) that are missing, and waits until each
+// is Established.
 func CRDs(ctx context.Context, cfg *rest.Config) error {
 	crds, err := config.CRDs()
 	if err != nil {
 		return err
 	}
-	return ApplyCRDs(ctx, cfg, crds...)
+	var own []*apiextensionsv1.CustomResourceDefinition
+	for _, crd := range crds {
+		if !config.Shared(crd) {
+			own = append(own, crd)
+			continue
+		}
+		if err := createCRD(ctx, cfg, crd); err != nil {
+			return err
+		}
+	}
+	return ApplyCRDs(ctx, cfg, own...)
+}
+
+// createCRD creates crd unless a CRD of its name exists, which is left as
+// it is (another project's), and waits until it is Established.
+func createCRD(ctx context.Context, cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition) error {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("apiextensions client: %w", err)
+	}
+	_, err = client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{FieldManager: ssa.FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		klog.FromContext(ctx).V(1).Info("CRD installed already: left as it is", "crd", crd.Name)
+	case err != nil:
+		return fmt.Errorf("CRD %s: %w", crd.Name, err)
+	}
+	return waitEstablished(ctx, client, crd.Name)
 }
 
 // ApplyCRDs creates or updates CRDs with a server-side apply and waits

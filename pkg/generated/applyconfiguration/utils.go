@@ -20,11 +20,13 @@ package applyconfiguration
 
 import (
 	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	v1beta1 "github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	v2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/cnat/v1alpha1"
 	internal "github.com/netop-dev/netop/pkg/generated/applyconfiguration/internal"
+	k8scnicncfiov1beta1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/k8s.cni.cncf.io/v1beta1"
 	applyconfigurationnetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/generated/applyconfiguration/samplecrd/v2"
@@ -44,6 +46,22 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &cnatv1alpha1.AtSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AtStatus"):
 		return &cnatv1alpha1.AtStatusApplyConfiguration{}
+
+		// Group=k8s.cni.cncf.io, Version=v1beta1
+	case v1beta1.SchemeGroupVersion.WithKind("IPBlock"):
+		return &k8scnicncfiov1beta1.IPBlockApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicy"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicyApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicyEgressRule"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicyEgressRuleApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicyIngressRule"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicyIngressRuleApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicyPeer"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicyPeerApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicyPort"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicyPortApplyConfiguration{}
+	case v1beta1.SchemeGroupVersion.WithKind("MultiNetworkPolicySpec"):
+		return &k8scnicncfiov1beta1.MultiNetworkPolicySpecApplyConfiguration{}
 
 		// Group=netop.dev, Version=v1alpha1
 	case netopv1alpha1.SchemeGroupVersion.WithKind("NetworkNode"):

@@ -23,6 +23,7 @@ import (
 	http "net/http"
 
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1"
+	k8scnicncfiov1beta1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/k8s.cni.cncf.io/v1beta1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v2"
@@ -34,6 +35,7 @@ import (
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
 	CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface
+	K8sCniCncfIoV1beta1() k8scnicncfiov1beta1.K8sCniCncfIoV1beta1Interface
 	NetopV1alpha1() netopv1alpha1.NetopV1alpha1Interface
 	SamplecrdV1() samplecrdv1.SamplecrdV1Interface
 	SamplecrdV2() samplecrdv2.SamplecrdV2Interface
@@ -42,15 +44,21 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	cnatV1alpha1  *cnatv1alpha1.CnatV1alpha1Client
-	netopV1alpha1 *netopv1alpha1.NetopV1alpha1Client
-	samplecrdV1   *samplecrdv1.SamplecrdV1Client
-	samplecrdV2   *samplecrdv2.SamplecrdV2Client
+	cnatV1alpha1        *cnatv1alpha1.CnatV1alpha1Client
+	k8sCniCncfIoV1beta1 *k8scnicncfiov1beta1.K8sCniCncfIoV1beta1Client
+	netopV1alpha1       *netopv1alpha1.NetopV1alpha1Client
+	samplecrdV1         *samplecrdv1.SamplecrdV1Client
+	samplecrdV2         *samplecrdv2.SamplecrdV2Client
 }
 
 // CnatV1alpha1 retrieves the CnatV1alpha1Client
 func (c *Clientset) CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface {
 	return c.cnatV1alpha1
+}
+
+// K8sCniCncfIoV1beta1 retrieves the K8sCniCncfIoV1beta1Client
+func (c *Clientset) K8sCniCncfIoV1beta1() k8scnicncfiov1beta1.K8sCniCncfIoV1beta1Interface {
+	return c.k8sCniCncfIoV1beta1
 }
 
 // NetopV1alpha1 retrieves the NetopV1alpha1Client
@@ -116,6 +124,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.k8sCniCncfIoV1beta1, err = k8scnicncfiov1beta1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.netopV1alpha1, err = netopv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -150,6 +162,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
 	cs.cnatV1alpha1 = cnatv1alpha1.New(c)
+	cs.k8sCniCncfIoV1beta1 = k8scnicncfiov1beta1.New(c)
 	cs.netopV1alpha1 = netopv1alpha1.New(c)
 	cs.samplecrdV1 = samplecrdv1.New(c)
 	cs.samplecrdV2 = samplecrdv2.New(c)

@@ -27,6 +27,7 @@ import (
 	versioned "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	cnat "github.com/netop-dev/netop/pkg/generated/informers/externalversions/cnat"
 	internalinterfaces "github.com/netop-dev/netop/pkg/generated/informers/externalversions/internalinterfaces"
+	k8scnicncfio "github.com/netop-dev/netop/pkg/generated/informers/externalversions/k8s.cni.cncf.io"
 	netop "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop"
 	samplecrd "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -328,12 +329,17 @@ type SharedInformerFactory interface {
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
 	Cnat() cnat.Interface
+	K8sCniCncfIo() k8scnicncfio.Interface
 	Netop() netop.Interface
 	Samplecrd() samplecrd.Interface
 }
 
 func (f *sharedInformerFactory) Cnat() cnat.Interface {
 	return cnat.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) K8sCniCncfIo() k8scnicncfio.Interface {
+	return k8scnicncfio.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Netop() netop.Interface {

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 
 	v1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	v1beta1 "github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	v1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	v2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -58,6 +59,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=cnat.programming-kubernetes.info, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("ats"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Cnat().V1alpha1().Ats().Informer()}, nil
+
+		// Group=k8s.cni.cncf.io, Version=v1beta1
+	case v1beta1.SchemeGroupVersion.WithResource("multi-networkpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.K8sCniCncfIo().V1beta1().MultiNetworkPolicies().Informer()}, nil
 
 		// Group=netop.dev, Version=v1alpha1
 	case netopv1alpha1.SchemeGroupVersion.WithResource("networknodes"):

@@ -23,6 +23,8 @@ import (
 	clientset "github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1"
 	fakecnatv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/cnat/v1alpha1/fake"
+	k8scnicncfiov1beta1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/k8s.cni.cncf.io/v1beta1"
+	fakek8scnicncfiov1beta1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/k8s.cni.cncf.io/v1beta1/fake"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1"
 	fakenetopv1alpha1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/netop/v1alpha1/fake"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
@@ -145,6 +147,11 @@ var (
 // CnatV1alpha1 retrieves the CnatV1alpha1Client
 func (c *Clientset) CnatV1alpha1() cnatv1alpha1.CnatV1alpha1Interface {
 	return &fakecnatv1alpha1.FakeCnatV1alpha1{Fake: &c.Fake}
+}
+
+// K8sCniCncfIoV1beta1 retrieves the K8sCniCncfIoV1beta1Client
+func (c *Clientset) K8sCniCncfIoV1beta1() k8scnicncfiov1beta1.K8sCniCncfIoV1beta1Interface {
+	return &fakek8scnicncfiov1beta1.FakeK8sCniCncfIoV1beta1{Fake: &c.Fake}
 }
 
 // NetopV1alpha1 retrieves the NetopV1alpha1Client

@@ -20,6 +20,7 @@ package scheme
 
 import (
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	k8scnicncfiov1beta1 "github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -35,6 +36,7 @@ var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
 	cnatv1alpha1.AddToScheme,
+	k8scnicncfiov1beta1.AddToScheme,
 	netopv1alpha1.AddToScheme,
 	samplecrdv1.AddToScheme,
 	samplecrdv2.AddToScheme,
