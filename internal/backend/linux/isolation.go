@@ -349,7 +349,25 @@ func bridgesOf(links []netlink.Link) []int {
 // watchIsolation repairs the table whenever a chain, rule or set of it, or
 // the table, is deleted, until ctx is done.
 func (b *Backend) watchIsolation(ctx context.Context) error {
-	c, err := b.isolation.conn()
+	logger := klog.FromContext(ctx)
+	return watchTable(ctx, b.isolation.conn, IsolationTable, func() error {
+		bridges, err := netopBridges(b.nl.LinkList)
+		if err != nil {
+			return err
+		}
+		if repaired, err := b.isolation.sync(bridges); err != nil {
+			logger.Error(err, "Repairing the isolation rules failed; the resync tries again", "table", IsolationTable)
+		} else if repaired {
+			logger.Info("Repaired the isolation rules", "table", IsolationTable, "bridges", len(bridges))
+		}
+		return nil
+	})
+}
+
+// watchTable calls repair whenever a chain, rule or set of the inet
+// table, or the table, is deleted, until ctx is done or repair fails.
+func watchTable(ctx context.Context, conn func() (*nftables.Conn, error), table string, repair func() error) error {
+	c, err := conn()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -361,7 +379,6 @@ func (b *Backend) watchIsolation(ctx context.Context) error {
 		return fmt.Errorf("nftables monitor: %w", err)
 	}
 	defer func() { _ = mon.Close() }()
-	logger := klog.FromContext(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -373,38 +390,34 @@ func (b *Backend) watchIsolation(ctx context.Context) error {
 			if e.Error != nil {
 				return fmt.Errorf("nftables monitor: %w", e.Error)
 			}
-			if !aboutIsolationTable(e) {
+			if !aboutTable(e, table) {
 				continue
 			}
-			bridges, err := netopBridges(b.nl.LinkList)
-			if err != nil {
+			if err := repair(); err != nil {
 				return err
-			}
-			if repaired, err := b.isolation.sync(bridges); err != nil {
-				logger.Error(err, "Repairing the isolation rules failed; the resync tries again", "table", IsolationTable)
-			} else if repaired {
-				logger.Info("Repaired the isolation rules", "table", IsolationTable, "bridges", len(bridges))
 			}
 		}
 	}
 }
 
-// aboutIsolationTable reports whether e deleted some of netop's table.
-func aboutIsolationTable(e *nftables.MonitorEvent) bool {
+// aboutTable reports whether e deleted some of the table (of any family:
+// a repair that finds nothing amiss costs little).
+func aboutTable(e *nftables.MonitorEvent, table string) bool {
 	switch e.Type {
 	case nftables.MonitorEventTypeDelTable, nftables.MonitorEventTypeDelChain, nftables.MonitorEventTypeDelRule, nftables.MonitorEventTypeDelSet:
 	default:
 		return false
 	}
+	var t *nftables.Table
 	switch d := e.Data.(type) {
 	case *nftables.Table:
-		return d.Name == IsolationTable
+		t = d
 	case *nftables.Chain:
-		return d.Table != nil && d.Table.Name == IsolationTable
+		t = d.Table
 	case *nftables.Rule:
-		return d.Table != nil && d.Table.Name == IsolationTable
+		t = d.Table
 	case *nftables.Set:
-		return d.Table != nil && d.Table.Name == IsolationTable
+		t = d.Table
 	}
-	return false
+	return t != nil && t.Name == table
 }

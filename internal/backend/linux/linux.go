@@ -60,6 +60,8 @@ type Backend struct {
 	// isolation keeps the bridges apart from one another and from the
 	// node (isolation.go).
 	isolation *isolation
+	// firewall enforces network policies (firewall.go).
+	firewall *Firewall
 }
 
 // netlinkOps is the part of *netlink.Handle that the backend uses.
@@ -121,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		logger.Info("This kernel refuses NETLINK_GET_STRICT_CHK: each bridge check lists every address of the namespace, which slows down with many bridges", "netns", cfg.Netns)
 	}
 	logger.V(2).Info("Linux bridge backend ready", "netns", cfg.Netns)
-	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h, overlay: cfg.Overlay, isolation: &isolation{ns: ns}}, nil
+	return &Backend{netnsName: cfg.Netns, ns: ns, handle: h, nl: h, overlay: cfg.Overlay, isolation: &isolation{ns: ns}, firewall: &Firewall{ns: ns}}, nil
 }
 
 // Close releases the netlink handle and the namespace. The backend must not

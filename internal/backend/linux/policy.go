@@ -1,0 +1,401 @@
+package linux
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// PolicyTable is the nftables table (family inet) in the backend's
+// namespace that enforces network policies on the traffic bridged inside
+// each Network: between pods of one node, and between a pod and the
+// overlay. br_netfilter shows bridged IP packets to the inet forward hook,
+// where conntrack lets replies through (this kernel has no conntrack in
+// the bridge family).
+const PolicyTable = "netop-policy"
+
+// Endpoint is an interface of a pod: its address on the Network of a
+// bridge. Keys of the table's sets are (bridge name, address), so that
+// Networks of overlapping cidrs stay apart.
+type Endpoint struct {
+	Bridge string
+	Addr   netip.Addr
+}
+
+// PortEndpoint is a named port resolved: a port of a pod's containers on
+// one of its interfaces.
+type PortEndpoint struct {
+	Endpoint
+	Protocol uint8
+	Port     uint16
+}
+
+// Policies are the network policies a node enforces, as the firewall
+// takes them: the pods are addresses, the selectors resolved.
+type Policies []Policy
+
+// Policy is one policy: the directions it isolates the pods it selects
+// in, and what it allows them.
+type Policy struct {
+	// Name is for people: namespace/name.
+	Name    string
+	Ingress *PolicyDirection
+	Egress  *PolicyDirection
+}
+
+// PolicyDirection is a direction a policy isolates its pods in: their
+// interfaces on the policy's Networks, and the rules (the union of which
+// is allowed). No rule allows nothing.
+type PolicyDirection struct {
+	Selected []Endpoint
+	Rules    []PolicyRule
+}
+
+// PolicyRule allows traffic from (ingress) or to (egress) one of its
+// peers, to one of its ports.
+type PolicyRule struct {
+	// AnyPeer: the rule names no peer; PodPeers: it selects pods, whose
+	// interfaces are Pods (maybe none); Blocks are its ipBlocks.
+	AnyPeer  bool
+	PodPeers bool
+	Pods     []Endpoint
+	Blocks   []Block
+	// Ports are its numbered ports and ranges; NamedPorts says it names
+	// ports, resolved on the destination pods into Named. Neither: every
+	// port.
+	Ports      []PortRange
+	NamedPorts bool
+	Named      []PortEndpoint
+}
+
+// PortRange is First to Last of Protocol (an IPPROTO_*); First 0 is every
+// port of it.
+type PortRange struct {
+	Protocol    uint8
+	First, Last uint16
+}
+
+// Block is CIDR but the Except blocks.
+type Block struct {
+	CIDR   netip.Prefix
+	Except []netip.Prefix
+}
+
+// shape is what of the policies decides the table's chains, rules and
+// sets: everything but their elements. Policies of one shape differ only
+// in elements, which are written without touching a rule.
+func (p Policies) shape() string {
+	strip := func(d *PolicyDirection) *PolicyDirection {
+		if d == nil {
+			return nil
+		}
+		out := &PolicyDirection{Rules: slices.Clone(d.Rules)}
+		for i := range out.Rules {
+			out.Rules[i].Pods, out.Rules[i].Named = nil, nil
+		}
+		return out
+	}
+	shaped := make(Policies, len(p))
+	for i, pol := range p {
+		shaped[i] = Policy{Name: pol.Name, Ingress: strip(pol.Ingress), Egress: strip(pol.Egress)}
+	}
+	b, _ := json.Marshal(shaped)
+	return string(b)
+}
+
+// family is what differs between IPv4 and IPv6 in the table.
+type family struct {
+	suffix   string
+	nfproto  byte
+	addrType nftables.SetDatatype
+	// Offsets of the source and destination addresses in the network
+	// header, and their length.
+	saddr, daddr, len uint32
+}
+
+var ipFamilies = []family{
+	{"4", unix.NFPROTO_IPV4, nftables.TypeIPAddr, 12, 16, 4},
+	{"6", unix.NFPROTO_IPV6, nftables.TypeIP6Addr, 8, 24, 16},
+}
+
+func (f family) has(a netip.Addr) bool { return a.Is4() == (f.suffix == "4") }
+
+// Registers of a set lookup's key: the bridge's name fills four, then the
+// address, protocol and port. Register 1 is for single comparisons.
+const (
+	regKey   = 8 // NFT_REG32_00
+	regMatch = 1
+)
+
+// direction names one side of a policy in chain and set names.
+type direction struct {
+	name string
+	// peerOffset picks the peer's address; podOffset the policy's pod's.
+	peer, pod func(family) uint32
+	// allowed is where an allowed packet goes: on to ingress, or accepted.
+	allowed func(family) *expr.Verdict
+}
+
+var (
+	egress = direction{name: "eg",
+		peer: func(f family) uint32 { return f.daddr }, pod: func(f family) uint32 { return f.saddr },
+		allowed: func(f family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: "in" + f.suffix} }}
+	ingress = direction{name: "in",
+		peer: func(f family) uint32 { return f.saddr }, pod: func(f family) uint32 { return f.daddr },
+		allowed: func(family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }}
+)
+
+// policyPlan is the table the policies make: its sets with their
+// elements, and its chains with their rules, in order.
+type policyPlan struct {
+	sets   []*planSet
+	chains []*planChain
+}
+
+type planSet struct {
+	name     string
+	keyType  nftables.SetDatatype
+	elements [][]byte
+}
+
+type planChain struct {
+	name  string
+	base  bool
+	rules []planRule
+}
+
+// planRule is a rule's expressions; those that look a set up name it, and
+// get its ID in the programming transaction then.
+type planRule struct {
+	exprs []expr.Any
+}
+
+func (p *policyPlan) set(name string, keyType nftables.SetDatatype) *planSet {
+	s := &planSet{name: name, keyType: keyType}
+	p.sets = append(p.sets, s)
+	return s
+}
+
+func (p *policyPlan) chain(name string) *planChain {
+	c := &planChain{name: name}
+	p.chains = append(p.chains, c)
+	return c
+}
+
+func (c *planChain) add(exprs ...expr.Any) {
+	c.rules = append(c.rules, planRule{exprs: exprs})
+}
+
+// plan lays the policies out as a table. Per family: "eg" sends each
+// packet through the egress policies that select its source, drops it if
+// none allowed it and a policy isolates the source, and goes on to "in",
+// which does the same for its destination and accepts. A policy's chain
+// has a rule per peer and port that goes on (egress) or accepts
+// (ingress), and returns otherwise; an ipBlock with excepts is a chain of
+// its own that returns for the excepted addresses first.
+func (p Policies) plan() *policyPlan {
+	plan := &policyPlan{}
+	forward := plan.chain("forward")
+	forward.base = true
+	group := binaryutil.NativeEndian.PutUint32(BridgeGroup)
+	forward.add(&expr.Meta{Key: expr.MetaKeyIIFGROUP, Register: regMatch},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMatch, Data: group}, &expr.Verdict{Kind: expr.VerdictReturn})
+	forward.add(&expr.Ct{Register: regMatch, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: regMatch, DestRegister: regMatch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMatch, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	// Neighbour discovery (router and neighbour solicitations and
+	// advertisements, redirects) is never a policy's: ARP is not IP and
+	// passes no inet hook.
+	forward.add(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regMatch},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: regMatch, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: regMatch, FromData: []byte{133}, ToData: []byte{137}},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	for _, f := range ipFamilies {
+		forward.add(&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: regMatch},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: []byte{f.nfproto}},
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: "eg" + f.suffix})
+	}
+	for _, f := range ipFamilies {
+		for _, d := range []direction{egress, ingress} {
+			p.planDirection(plan, f, d)
+		}
+	}
+	return plan
+}
+
+func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
+	dispatch := plan.chain(d.name + f.suffix)
+	isolated := plan.set(d.name+"-isolated"+f.suffix, concat(nftables.TypeIFName, f.addrType))
+	seen := map[string]bool{}
+	for i, pol := range p {
+		pd := pol.Egress
+		if d.name == ingress.name {
+			pd = pol.Ingress
+		}
+		if pd == nil {
+			continue
+		}
+		prefix := fmt.Sprintf("p%d-%s%s", i, d.name, f.suffix)
+		selected := plan.set(prefix+"-sel", concat(nftables.TypeIFName, f.addrType))
+		for _, e := range pd.Selected {
+			if f.has(e.Addr) {
+				key := endpointKey(e)
+				selected.elements = append(selected.elements, key)
+				if !seen[string(key)] {
+					seen[string(key)] = true
+					isolated.elements = append(isolated.elements, key)
+				}
+			}
+		}
+		dispatch.add(append(endpointLookup(f, d.pod(f), selected.name),
+			&expr.Verdict{Kind: expr.VerdictJump, Chain: prefix})...)
+		chain := plan.chain(prefix)
+		for j, r := range pd.Rules {
+			ruleName := fmt.Sprintf("%s-r%d", prefix, j)
+			ports := portMatches(plan, f, ruleName, r)
+			var peers [][]expr.Any
+			if r.AnyPeer {
+				peers = append(peers, nil)
+			}
+			if r.PodPeers {
+				set := plan.set(ruleName+"-peers", concat(nftables.TypeIFName, f.addrType))
+				for _, e := range r.Pods {
+					if f.has(e.Addr) {
+						set.elements = append(set.elements, endpointKey(e))
+					}
+				}
+				for _, port := range ports {
+					chain.add(slices.Concat(endpointLookup(f, d.peer(f), set.name), port.exprs, []expr.Any{d.allowed(f)})...)
+				}
+			}
+			for _, peer := range peers {
+				for _, port := range ports {
+					chain.add(slices.Concat(peer, port.exprs, []expr.Any{d.allowed(f)})...)
+				}
+			}
+			for k, b := range r.Blocks {
+				if !f.has(b.CIDR.Addr()) {
+					continue
+				}
+				within := prefixMatch(f, d.peer(f), b.CIDR)
+				target := chain
+				if len(b.Except) > 0 {
+					name := fmt.Sprintf("%s-b%d", ruleName, k)
+					chain.add(append(within, &expr.Verdict{Kind: expr.VerdictJump, Chain: name})...)
+					target = plan.chain(name)
+					for _, e := range b.Except {
+						target.add(append(prefixMatch(f, d.peer(f), e), &expr.Verdict{Kind: expr.VerdictReturn})...)
+					}
+				}
+				for _, port := range ports {
+					target.add(slices.Concat(within, port.exprs, []expr.Any{d.allowed(f)})...)
+				}
+			}
+		}
+	}
+	dispatch.add(append(endpointLookup(f, d.pod(f), isolated.name), &expr.Verdict{Kind: expr.VerdictDrop})...)
+	if d.name == egress.name {
+		dispatch.add(&expr.Verdict{Kind: expr.VerdictGoto, Chain: ingress.name + f.suffix})
+	} else {
+		dispatch.add(&expr.Verdict{Kind: expr.VerdictAccept})
+	}
+}
+
+// portMatch is one port of a rule as expressions.
+type portMatch struct {
+	exprs []expr.Any
+}
+
+// portMatches are a rule's ports: one match per numbered port or range,
+// one for all its named ports (a set of the destinations' resolved
+// ports), or a single empty match for every port.
+func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) []portMatch {
+	if len(r.Ports) == 0 && !r.NamedPorts {
+		return []portMatch{{}}
+	}
+	var out []portMatch
+	for _, p := range r.Ports {
+		m := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regMatch},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: []byte{p.Protocol}}}
+		if p.First != 0 {
+			m = append(m, &expr.Payload{DestRegister: regMatch, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			if p.Last > p.First {
+				m = append(m, &expr.Range{Op: expr.CmpOpEq, Register: regMatch,
+					FromData: binaryutil.BigEndian.PutUint16(p.First), ToData: binaryutil.BigEndian.PutUint16(p.Last)})
+			} else {
+				m = append(m, &expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: binaryutil.BigEndian.PutUint16(p.First)})
+			}
+		}
+		out = append(out, portMatch{exprs: m})
+	}
+	if r.NamedPorts {
+		set := plan.set(ruleName+"-named", concat(nftables.TypeIFName, f.addrType, nftables.TypeInetProto, nftables.TypeInetService))
+		for _, e := range r.Named {
+			if f.has(e.Addr) {
+				set.elements = append(set.elements, portEndpointKey(e))
+			}
+		}
+		addrRegs := f.len / 4
+		out = append(out, portMatch{exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regKey},
+			&expr.Payload{DestRegister: regKey + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.len},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regKey + 4 + addrRegs},
+			&expr.Payload{DestRegister: regKey + 5 + addrRegs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: regKey, SetName: set.name},
+		}})
+	}
+	return out
+}
+
+// endpointLookup matches packets whose bridge and address at offset are
+// in the set.
+func endpointLookup(f family, offset uint32, set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regKey},
+		&expr.Payload{DestRegister: regKey + 4, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: f.len},
+		&expr.Lookup{SourceRegister: regKey, SetName: set},
+	}
+}
+
+// prefixMatch matches packets whose address at offset is in prefix.
+func prefixMatch(f family, offset uint32, prefix netip.Prefix) []expr.Any {
+	mask := make([]byte, f.len)
+	for i := 0; i < prefix.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: regMatch, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: f.len},
+		&expr.Bitwise{SourceRegister: regMatch, DestRegister: regMatch, Len: f.len, Mask: mask, Xor: make([]byte, f.len)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: prefix.Masked().Addr().AsSlice()},
+	}
+}
+
+func concat(types ...nftables.SetDatatype) nftables.SetDatatype {
+	return nftables.MustConcatSetType(types...)
+}
+
+// endpointKey is e as a key of (ifname, address).
+func endpointKey(e Endpoint) []byte {
+	key := make([]byte, unix.IFNAMSIZ, unix.IFNAMSIZ+16)
+	copy(key, e.Bridge)
+	return append(key, e.Addr.AsSlice()...)
+}
+
+// portEndpointKey is e as a key of (ifname, address, protocol, port),
+// each field in registers of four bytes.
+func portEndpointKey(e PortEndpoint) []byte {
+	key := endpointKey(e.Endpoint)
+	key = append(key, e.Protocol, 0, 0, 0)
+	return append(binary.BigEndian.AppendUint16(key, e.Port), 0, 0)
+}
