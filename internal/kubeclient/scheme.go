@@ -6,6 +6,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	cnatv1alpha1 "github.com/netop-dev/netop/pkg/apis/cnat/v1alpha1"
+	policyv1beta1 "github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdinstall "github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 )
 
@@ -19,4 +20,5 @@ func init() {
 	// the conversion webhook converts through them.
 	samplecrdinstall.Install(Scheme)
 	utilruntime.Must(cnatv1alpha1.AddToScheme(Scheme))
+	utilruntime.Must(policyv1beta1.AddToScheme(Scheme))
 }

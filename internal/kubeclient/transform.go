@@ -18,7 +18,9 @@ func DropManagedFields(obj any) (any, error) {
 // TrimPod, an informer transform, keeps of a pod what the address allocation reads (identity,
 // annotations, phase), its Ready condition, which says whether a node
 // agent's pod works, and its controller reference, finalizers and
-// deletion, which say which At it runs and whether it goes: a cluster's
+// deletion, which say which At it runs and whether it goes, and its
+// labels and named container ports, which network policies select and
+// name: a cluster's
 // pods are most of its objects, and their specs and statuses most of
 // their size.
 func TrimPod(obj any) (any, error) {
@@ -28,8 +30,20 @@ func TrimPod(obj any) (any, error) {
 	}
 	trimmed := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Annotations: pod.Annotations, Finalizers: pod.Finalizers, DeletionTimestamp: pod.DeletionTimestamp},
+			Labels: pod.Labels, Annotations: pod.Annotations, Finalizers: pod.Finalizers, DeletionTimestamp: pod.DeletionTimestamp},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	// Network policies select pods by label and name their ports.
+	for _, c := range pod.Spec.Containers {
+		var named []corev1.ContainerPort
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				named = append(named, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+			}
+		}
+		if len(named) > 0 {
+			trimmed.Spec.Containers = append(trimmed.Spec.Containers, corev1.Container{Name: c.Name, Ports: named})
+		}
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		trimmed.OwnerReferences = []metav1.OwnerReference{*ref}

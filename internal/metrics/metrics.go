@@ -65,6 +65,13 @@ type Metrics struct {
 	// those given up, by reason (see internal/eventsink).
 	EventsWritten prometheus.Counter
 	EventsDropped *prometheus.CounterVec
+	// PolicyProgramming times the node's writes of its network policy
+	// rules, by kind (replace: the table whole; elements: pods only);
+	// PolicyRules and PolicyElements are the table's rules and set
+	// elements.
+	PolicyProgramming *prometheus.HistogramVec
+	PolicyRules       prometheus.Gauge
+	PolicyElements    prometheus.Gauge
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -129,6 +136,17 @@ func New() *Metrics {
 			Namespace: namespace, Name: "webhook_rejected_total",
 			Help: "Admission reviews answered 429 Too Many Requests because a limit of the webhook server was reached, by limit: in_flight (--webhook-max-inflight) or bytes (--webhook-max-inflight-bytes).",
 		}, []string{"limit"}),
+		PolicyProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "policy", Name: "programming_seconds",
+			Help:    "Time to write the node's network policy rules into nftables, by kind (replace, elements).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"kind"}),
+		PolicyRules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "policy", Name: "rules", Help: "Rules of the node's network policy table.",
+		}),
+		PolicyElements: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "policy", Name: "set_elements", Help: "Set elements (pod addresses) of the node's network policy table.",
+		}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -158,6 +176,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.APIBytes, m.Startup, m.WebhookRejected, m.Leader, m.EventsWritten, m.EventsDropped,
+		m.PolicyProgramming, m.PolicyRules, m.PolicyElements,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

@@ -13,6 +13,7 @@ import (
 	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/controller/nad"
+	"github.com/netop-dev/netop/internal/controller/netpolicy"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/controller/workload"
@@ -75,6 +76,19 @@ var components = []component{{
 		return agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
 			Networks: s.netop.Samplecrd().V2().Networks(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
 			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
+	},
+}, {
+	name: "network policy enforcement", roles: buildingBridges,
+	build: func(ctx context.Context, s *shared) (runnable, error) {
+		if s.firewall == nil {
+			return nil, nil
+		}
+		return newPolicyController(ctx, s, netpolicy.Options{Firewall: s.firewall, Resync: s.opts.Resync})
+	},
+}, {
+	name: "network policy report", roles: clusterWide, leaderOnly: true,
+	build: func(ctx context.Context, s *shared) (runnable, error) {
+		return newPolicyController(ctx, s, netpolicy.Options{Report: true})
 	},
 }, {
 	name: "admission webhooks", roles: clusterWide,
@@ -192,6 +206,17 @@ func newNetworkController(ctx context.Context, s *shared) (runnable, error) {
 	}
 	// Address usage is read from the pods: not before they are listed.
 	c.WaitFor(s.pods.Core().V1().Pods().Informer().HasSyncedChecker())
+	return c, nil
+}
+
+// newPolicyController is a MultiNetworkPolicy controller, if the cluster
+// serves them: one that enforces them on a node, or reports on them.
+func newPolicyController(ctx context.Context, s *shared, o netpolicy.Options) (runnable, error) {
+	c, err := netpolicy.NewWhereServed(ctx, s.kube.Discovery(), s.netop.K8sCniCncfIo().V1beta1().MultiNetworkPolicies(), s.pods.Core().V1().Pods(),
+		s.builtin.Core().V1().Namespaces(), s.netop.Samplecrd().V2().Networks(), s.recorder, s.metrics, o)
+	if c == nil || err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

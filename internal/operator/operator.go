@@ -64,6 +64,9 @@ type shared struct {
 	// overlay is an agent's node on the underlay; nil elsewhere, or on a
 	// node without an InternalIP.
 	overlay *linux.Overlay
+	// firewall enforces network policies where the backend is a node's
+	// bridges (linux); nil elsewhere.
+	firewall *linux.Firewall
 	// synced is closed once every cache is synced.
 	synced chan struct{}
 	// addresses is the address allocation, which the Network controller
@@ -125,6 +128,9 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		}
 	}
 	_, op.fleet = be.(agents.Backend)
+	if l, ok := be.(*linux.Backend); ok {
+		op.firewall = l.Firewall()
+	}
 	op.backend = backend.Instrument(be, func(operation string, d time.Duration, err error) {
 		op.metrics.ObserveBackend(string(be.Type()), operation, d, err)
 	})

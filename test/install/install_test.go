@@ -147,8 +147,9 @@ func TestManifestsRBACIsLeastPrivilege(t *testing.T) {
 	})
 }
 
-// The agents' service account reads Networks and Nodes and writes its
-// node's report; it writes no Network, no pod, no Node and no Secret.
+// The agents' service account reads Networks, Nodes, and what network
+// policies need (the policies, pods and namespaces) and writes its node's
+// report; it writes no Network, no pod, no Node, no policy and no Secret.
 func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 	env := testenv.Get(t)
 	applyManifests(t, env)
@@ -162,8 +163,12 @@ func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 		{true, "watch", "", "nodes", "", ""},
 		{false, "patch", "", "nodes", "", "node-a"},
 		{true, "get", "", "namespaces", "", "kube-system"},
-		{false, "get", "", "namespaces", "", "default"},
-		{false, "list", "", "pods", "", ""},
+		{true, "watch", "", "namespaces", "", ""},
+		{false, "patch", "", "namespaces", "", "default"},
+		{true, "list", "", "pods", "", ""},
+		{false, "patch", "", "pods", "default", "p"},
+		{true, "watch", "k8s.cni.cncf.io", "multi-networkpolicies", "", ""},
+		{false, "patch", "k8s.cni.cncf.io", "multi-networkpolicies", "default", "p"},
 		{false, "get", "", "secrets", operatorNamespace, "netop-webhook-cert"},
 		{false, "update", "coordination.k8s.io", "leases", operatorNamespace, "netop"},
 		// Tokens for the CNI plugin, and for nobody else.

@@ -502,7 +502,12 @@ func podLogs(t *testing.T, kube kubernetes.Interface, name string) string {
 
 func execIn(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod string, command ...string) string {
 	t.Helper()
-	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+	return execInNamespace(t, cfg, kube, "default", pod, command...)
+}
+
+func execInNamespace(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, namespace, pod string, command ...string) string {
+	t.Helper()
+	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
 	if err != nil {

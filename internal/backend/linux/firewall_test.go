@@ -226,8 +226,10 @@ func TestFirewall(t *testing.T) {
 	tamper("deleted", func() { c.AddTable(policyTable); c.DelTable(policyTable) })
 	tamper("flushed", func() { c.FlushTable(policyTable) })
 	check("repaired", probe{p1, a3, 80, false, false}, probe{p1, a3, 80, true, true})
-	c.SetDeleteElements(&nftables.Set{Table: policyTable, Name: "p0-eg4-r0-peers", KeyType: concat(nftables.TypeIFName, nftables.TypeIPAddr), Concatenation: true},
-		[]nftables.SetElement{{Key: endpointKey(ep(br, a3))}})
+	if err := c.SetDeleteElements(&nftables.Set{Table: policyTable, Name: "p0-eg4-r0-peers", KeyType: concat(nftables.TypeIFName, nftables.TypeIPAddr), Concatenation: true},
+		[]nftables.SetElement{{Key: endpointKey(ep(br, a3))}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,496 @@
+package standalone
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/controller/netpolicy"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// A matrix pod: namespace x, y or z, name a, b or c.
+type matrixPod struct {
+	ns, name string
+	addr     string
+	netns    netns.NsHandle
+}
+
+func (p *matrixPod) String() string { return p.ns + "/" + p.name }
+
+// A probe's target port.
+type matrixPort struct {
+	port int
+	udp  bool
+}
+
+func (p matrixPort) String() string {
+	if p.udp {
+		return strconv.Itoa(p.port) + "/udp"
+	}
+	return strconv.Itoa(p.port) + "/tcp"
+}
+
+var matrixPorts = []matrixPort{{80, false}, {81, false}, {80, true}, {81, true}}
+
+// expectation says whether from reaches to on port.
+type expectation func(from, to *matrixPod, port matrixPort) bool
+
+func everything(*matrixPod, *matrixPod, matrixPort) bool { return true }
+
+// Issue 34 on the standalone's real node: MultiNetworkPolicies on a netop
+// Network, checked in the style of Kubernetes' network-policy e2e suite.
+// Namespaces x, y and z each have pods a, b and c on Network x/pol, which
+// admits every namespace; each listens on TCP and UDP ports 80 and 81
+// (sockets the test opens in the pod's network namespace: this busybox's
+// nc has no UDP, and its TCP server, a process per connection with a
+// backlog of one, drops the matrix's bursts of connections). Each case
+// applies its policies and compares the whole matrix of who reaches whom,
+// probed from the pods' network namespaces, with what it expects; a
+// busybox nc in a container is refused as the probes are.
+func TestPolicyMatrix(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	// Not t.TempDir: a container shim's state may outlive the node by a
+	// moment, which would fail the test after it passed.
+	dataDir, err := os.MkdirTemp("", "netop-policies-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
+	backendNetns := nettest.NetnsName("netop-n-")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
+	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
+		"--node=true", "--node-name="+testNodeName)
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	client := versioned.NewForConfigOrDie(cfg)
+	ctx := t.Context()
+
+	for _, ns := range []string{"x", "y", "z"} {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"ns": ns}}},
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, fmt.Sprintf("no default ServiceAccount in %s: %v", ns, err)
+		})
+	}
+	for name, cidr := range map[string]string{"pol": "10.181.0.0/24", "other": "10.182.0.0/24"} {
+		if _, err := client.SamplecrdV2().Networks("x").Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr}, NamespaceSelector: &metav1.LabelSelector{}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pods []*matrixPod
+	for _, ns := range []string{"x", "y", "z"} {
+		for _, name := range []string{"a", "b", "c"} {
+			p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
+			p.Labels = map[string]string{"pod": name}
+			p.Annotations = map[string]string{netselect.NetworksAnnotation: "x/pol"}
+			for _, port := range matrixPorts {
+				protocol := corev1.ProtocolTCP
+				if port.udp {
+					protocol = corev1.ProtocolUDP
+				}
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{
+					Name: "serve-" + strings.ReplaceAll(port.String(), "/", "-"), ContainerPort: int32(port.port), Protocol: protocol})
+			}
+			// Admission knows x/pol once its cache has it.
+			testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+				_, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+				return err == nil, fmt.Sprintf("creating pod %s/%s: %v", ns, name, err)
+			})
+			pods = append(pods, &matrixPod{ns: ns, name: name})
+		}
+	}
+	// Gone before the node stops, so that no container outlives it.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, p := range pods {
+			_ = kube.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			left := 0
+			for _, ns := range []string{"x", "y", "z"} {
+				list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				left += len(list.Items)
+			}
+			return left == 0, fmt.Sprintf("%d pods left", left)
+		})
+	})
+	for _, p := range pods {
+		waitMatrixPod(t, kube, dataDir, p)
+	}
+
+	policies := client.K8sCniCncfIoV1beta1()
+	apply := func(t *testing.T, list ...*v1beta1.MultiNetworkPolicy) {
+		t.Helper()
+		for _, p := range list {
+			if _, err := policies.MultiNetworkPolicies(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, p := range list {
+				_ = policies.MultiNetworkPolicies(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+			}
+		})
+	}
+	pod := func(id string) *matrixPod {
+		for _, p := range pods {
+			if p.String() == id {
+				return p
+			}
+		}
+		t.Fatalf("no pod %s", id)
+		return nil
+	}
+	xa := pod("x/a")
+	sel := func(k, v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+	named := func(name string) *intstr.IntOrString { return &intstr.IntOrString{Type: intstr.String, StrVal: name} }
+	number := func(n int) *intstr.IntOrString { return &intstr.IntOrString{IntVal: int32(n)} }
+	udp := ptr.To(v1beta1.ProtocolUDP)
+	// ingressTo expects only allowed(from, port) to reach target; every
+	// other pair is open.
+	ingressTo := func(target *matrixPod, allowed func(from *matrixPod, port matrixPort) bool) expectation {
+		return func(from, to *matrixPod, port matrixPort) bool { return to != target || allowed(from, port) }
+	}
+	egressFrom := func(source *matrixPod, allowed func(to *matrixPod, port matrixPort) bool) expectation {
+		return func(from, to *matrixPod, port matrixPort) bool { return from != source || allowed(to, port) }
+	}
+	nothing := func(*matrixPod, matrixPort) bool { return false }
+	mnp := func(ns, name, policyFor string, spec v1beta1.MultiNetworkPolicySpec) *v1beta1.MultiNetworkPolicy {
+		return &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{v1beta1.PolicyForAnnotation: policyFor}}, Spec: spec}
+	}
+	ingressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeIngress}
+	egressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeEgress}
+	ingressRule := func(from []v1beta1.MultiNetworkPolicyPeer, ports ...v1beta1.MultiNetworkPolicyPort) []v1beta1.MultiNetworkPolicyIngressRule {
+		return []v1beta1.MultiNetworkPolicyIngressRule{{From: from, Ports: ports}}
+	}
+	cases := []struct {
+		name     string
+		policies []*v1beta1.MultiNetworkPolicy
+		want     expectation
+		// then, if set, changes the cluster and checks the new matrix.
+		then     func(t *testing.T)
+		thenWant expectation
+	}{
+		{name: "no policy", want: everything},
+		{name: "default deny ingress, policy-for by name",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
+			want:     ingressTo(xa, nothing)},
+		{name: "default deny egress, policy-for by namespace/name",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes})},
+			want:     egressFrom(xa, nothing)},
+		{name: "deny ingress to a whole namespace",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
+			want:     func(from, to *matrixPod, _ matrixPort) bool { return to.ns != "y" }},
+		{name: "allow from a pod selector (its namespace's pods)",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "b")}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "x/b" })},
+		{name: "allow from a namespace",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y")}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.ns == "y" })},
+		{name: "allow from a pod selector in a namespace",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y"), PodSelector: sel("pod", "c")}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "y/c" })},
+		{name: "allow from every namespace's pods b",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("pod", "b")}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.name == "b" })},
+		{name: "allow from an ipBlock with an except",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: "10.181.0.0/24", Except: []string{pod("y/b").addr + "/32"}}}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() != "y/b" })},
+		{name: "egress to an ipBlock",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
+				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: pod("z/c").addr + "/32"}}}}}})},
+			want: egressFrom(xa, func(to *matrixPod, _ matrixPort) bool { return to.String() == "z/c" })},
+		{name: "egress to a namespace, unset policyTypes",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{}},
+				Egress:  []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}}})},
+			want: egressFrom(xa, func(to *matrixPod, _ matrixPort) bool { return to.ns == "z" })},
+		{name: "by port",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: number(81)})})},
+			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{81, false} })},
+		{name: "by named port",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: named("serve-80-tcp")})})},
+			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{80, false} })},
+		{name: "egress by named port of the destinations",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
+				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: udp, Port: named("serve-81-udp")}}}}})},
+			want: egressFrom(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{81, true} })},
+		{name: "UDP by port range",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Protocol: udp, Port: number(80), EndPort: ptr.To[int32](81)})})},
+			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port.udp })},
+		{name: "the union of two policies",
+			policies: []*v1beta1.MultiNetworkPolicy{
+				mnp("x", "from-b", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+					Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "b")}}, v1beta1.MultiNetworkPolicyPort{Port: number(80)})}),
+				mnp("x", "from-c", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+					Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "c")}}, v1beta1.MultiNetworkPolicyPort{Port: number(81)})}),
+			},
+			want: ingressTo(xa, func(from *matrixPod, port matrixPort) bool {
+				return from.String() == "x/b" && port == matrixPort{80, false} || from.String() == "x/c" && port == matrixPort{81, false}
+			})},
+		{name: "a policy for another Network has no effect",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "elsewhere", "x/other", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
+			want:     everything},
+		{name: "a policy for a Network that does not exist has no effect",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "nowhere", "x/missing", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
+			want:     everything},
+		{name: "a pod relabelled into and out of a peer selector",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "friends", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("friend", "yes")}})})},
+			want:     ingressTo(xa, nothing),
+			then:     func(t *testing.T) { labelPod(t, kube, "z", "b", `{"metadata":{"labels":{"friend":"yes"}}}`) },
+			thenWant: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "z/b" })},
+		{name: "a pod relabelled into the policy's selector",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("friend", "no"), PolicyTypes: ingressTypes})},
+			want:     everything,
+			then:     func(t *testing.T) { labelPod(t, kube, "x", "a", `{"metadata":{"labels":{"friend":"no"}}}`) },
+			thenWant: ingressTo(xa, nothing)},
+		{name: "a namespace relabelled into a namespace selector",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "blue", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("team", "blue")}})})},
+			want: ingressTo(xa, nothing),
+			then: func(t *testing.T) {
+				if _, err := kube.CoreV1().Namespaces().Patch(t.Context(), "z", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"blue"}}}`), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			thenWant: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.ns == "z" })},
+		{name: "a policy deleted",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
+			want:     ingressTo(xa, nothing),
+			then: func(t *testing.T) {
+				if err := policies.MultiNetworkPolicies("x").Delete(t.Context(), "deny", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			thenWant: everything},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			apply(t, c.policies...)
+			waitMatrix(t, pods, c.want)
+			if c.then != nil {
+				c.then(t)
+				waitMatrix(t, pods, c.thenWant)
+			}
+		})
+	}
+
+	// The policies say what they come to.
+	apply(t, mnp("x", "reported", "pol, x/missing", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes}))
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := kube.CoreV1().Events("x").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=reported"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if e.Reason == netpolicy.ReasonNotEnforced && strings.Contains(e.Message, "Applies to Networks x/pol: selects 1 pods") &&
+				strings.Contains(e.Message, "Network x/missing: no such netop Network") {
+				return true, ""
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		return false, fmt.Sprintf("Events %q", seen)
+	})
+	// A busybox in a container is refused as the probes were.
+	if got := strings.TrimSpace(execInNamespace(t, cfg, kube, "x", "b", "sh", "-c", "nc -w 2 "+xa.addr+" 80 </dev/null >/dev/null 2>&1; echo $?")); got == "0" {
+		t.Errorf("x/b's busybox opened a connection to x/a, isolated in ingress")
+	}
+}
+
+func labelPod(t *testing.T, kube kubernetes.Interface, ns, name, patch string) {
+	t.Helper()
+	if _, err := kube.CoreV1().Pods(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		undo := strings.NewReplacer(`"yes"`, "null", `"no"`, "null").Replace(patch)
+		_, _ = kube.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, []byte(undo), metav1.PatchOptions{})
+	})
+}
+
+// waitMatrixPod waits until p runs with its net1 address, finds its
+// network namespace in the CNI plugin's records, and opens its UDP echo
+// sockets there.
+func waitMatrixPod(t *testing.T, kube kubernetes.Interface, dataDir string, p *matrixPod) {
+	t.Helper()
+	testenv.Eventually(t, 90*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := kube.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		allocations, _ := netselect.ParseAllocations(got.Annotations[netselect.AllocationsAnnotation])
+		if got.Status.Phase != corev1.PodRunning || len(allocations) != 1 {
+			return false, fmt.Sprintf("pod %s: %s, allocations %v", p, got.Status.Phase, allocations)
+		}
+		prefix, err := netip.ParsePrefix(allocations[0].IPs[0])
+		if err != nil {
+			return false, err.Error()
+		}
+		p.addr = prefix.Addr().String()
+		records, _ := filepath.Glob(filepath.Join(dataDir, "*", "cni", "netop", "*.json"))
+		more, _ := filepath.Glob(filepath.Join(dataDir, "*", "*", "cni", "netop", "*.json"))
+		for _, path := range append(records, more...) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			var r cni.Record
+			if json.Unmarshal(data, &r) == nil && r.Pod == p.String() {
+				if p.netns, err = netns.GetFromPath(r.Netns); err != nil {
+					return false, err.Error()
+				}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no CNI record of pod %s under %s", p, dataDir)
+	})
+	t.Cleanup(func() { _ = p.netns.Close() })
+	for _, port := range matrixPorts {
+		if !port.udp {
+			var l net.Listener
+			if err := linux.InNetns(p.netns, func() (err error) {
+				l, err = net.Listen("tcp4", ":"+strconv.Itoa(port.port))
+				return err
+			}); err != nil {
+				t.Fatalf("TCP %d in pod %s: %v", port.port, p, err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					_ = c.Close()
+				}
+			}()
+			continue
+		}
+		var conn net.PacketConn
+		if err := linux.InNetns(p.netns, func() (err error) {
+			conn, err = net.ListenPacket("udp4", ":"+strconv.Itoa(port.port))
+			return err
+		}); err != nil {
+			t.Fatalf("UDP %d in pod %s: %v", port.port, p, err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				n, from, err := conn.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = conn.WriteTo(buf[:n], from)
+			}
+		}()
+	}
+}
+
+// reaches reports whether from gets to to's port: a TCP connection, or a
+// UDP answer.
+func reaches(from, to *matrixPod, port matrixPort) bool {
+	const timeout = 400 * time.Millisecond
+	var conn net.Conn
+	network := "tcp4"
+	if port.udp {
+		network = "udp4"
+	}
+	if err := linux.InNetns(from.netns, func() (err error) {
+		conn, err = net.DialTimeout(network, net.JoinHostPort(to.addr, strconv.Itoa(port.port)), timeout)
+		return err
+	}); err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close() }()
+	if !port.udp {
+		return true
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("x")); err != nil {
+		return false
+	}
+	_, err := conn.Read(make([]byte, 8))
+	return err == nil
+}
+
+// waitMatrix probes every pair of pods on every port until the matrix is
+// what want expects, failing with the differences of the last probe.
+func waitMatrix(t *testing.T, pods []*matrixPod, want expectation) {
+	t.Helper()
+	testenv.Eventually(t, 15*time.Second, func(context.Context) (bool, string) {
+		var mu sync.Mutex
+		var wrong []string
+		var wg sync.WaitGroup
+		for _, from := range pods {
+			for _, to := range pods {
+				if from == to {
+					continue
+				}
+				for _, port := range matrixPorts {
+					wg.Go(func() {
+						got, expected := reaches(from, to, port), want(from, to, port)
+						if got != expected {
+							mu.Lock()
+							wrong = append(wrong, fmt.Sprintf("%s→%s:%s %v (want %v)", from, to, port, got, expected))
+							mu.Unlock()
+						}
+					})
+				}
+			}
+		}
+		wg.Wait()
+		sort.Strings(wrong)
+		return len(wrong) == 0, fmt.Sprintf("%d of the matrix differ: %s", len(wrong), strings.Join(wrong, ", "))
+	})
+}
