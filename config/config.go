@@ -45,6 +45,12 @@ func Shared(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return crd.Spec.Group == SharedGroup
 }
 
+// sharedDocument reports whether the embedded CRD document doc is Shared.
+func sharedDocument(doc []byte) bool {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	return yaml.Unmarshal(doc, crd) == nil && Shared(crd)
+}
+
 // Policies returns the admission policies (policy/): the
 // ValidatingAdmissionPolicies and their bindings that the API server
 // enforces without netop in the path.
@@ -119,7 +125,7 @@ func All(o Options) []byte {
 	var out bytes.Buffer
 	for _, dir := range []string{"crd", "namespace", "rbac", "policy", "manager"} {
 		for _, doc := range documents(dir) {
-			if dir == "crd" && o.WithoutSharedCRDs && bytes.Contains(doc, []byte("\n  group: "+SharedGroup+"\n")) {
+			if dir == "crd" && o.WithoutSharedCRDs && sharedDocument(doc) {
 				continue
 			}
 			if dir == "manager" {

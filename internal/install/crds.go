@@ -30,27 +30,27 @@ func CRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("apiextensions client: %w", err)
+	}
 	var own []*apiextensionsv1.CustomResourceDefinition
 	for _, crd := range crds {
 		if !config.Shared(crd) {
 			own = append(own, crd)
 			continue
 		}
-		if err := createCRD(ctx, cfg, crd); err != nil {
+		if err := createCRD(ctx, client, crd); err != nil {
 			return err
 		}
 	}
-	return ApplyCRDs(ctx, cfg, own...)
+	return applyCRDs(ctx, client, own)
 }
 
 // createCRD creates crd unless a CRD of its name exists, which is left as
 // it is (another project's), and waits until it is Established.
-func createCRD(ctx context.Context, cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition) error {
-	client, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("apiextensions client: %w", err)
-	}
-	_, err = client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{FieldManager: ssa.FieldManager})
+func createCRD(ctx context.Context, client apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	_, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{FieldManager: ssa.FieldManager})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		klog.FromContext(ctx).V(1).Info("CRD installed already: left as it is", "crd", crd.Name)
@@ -67,6 +67,10 @@ func ApplyCRDs(ctx context.Context, cfg *rest.Config, crds ...*apiextensionsv1.C
 	if err != nil {
 		return fmt.Errorf("apiextensions client: %w", err)
 	}
+	return applyCRDs(ctx, client, crds)
+}
+
+func applyCRDs(ctx context.Context, client apiextensionsclient.Interface, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	for _, crd := range crds {
 		crd.APIVersion = apiextensionsv1.SchemeGroupVersion.String()
 		crd.Kind = "CustomResourceDefinition"

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -56,6 +57,10 @@ type Outcome struct {
 // Resolve resolves in's policies. The firewall's policies are in the
 // order of the policies' namespace/name; outcomes are by namespace/name.
 func Resolve(in Inputs) (linux.Policies, map[string]*Outcome) {
+	if len(in.Policies) == 0 {
+		// Pods change often; without a policy they cost nothing.
+		return nil, map[string]*Outcome{}
+	}
 	pods := indexPods(in.Pods)
 	policies := slices.Clone(in.Policies)
 	slices.SortFunc(policies, func(a, b *v1beta1.MultiNetworkPolicy) int {
@@ -95,7 +100,7 @@ type namedPort struct {
 func indexPods(list []*corev1.Pod) []pod {
 	out := make([]pod, 0, len(list))
 	for _, p := range list {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if netselect.Finished(p) {
 			continue
 		}
 		allocations, err := netselect.ParseAllocations(p.Annotations[netselect.AllocationsAnnotation])
@@ -130,11 +135,11 @@ func indexPods(list []*corev1.Pod) []pod {
 func protocolNumber(p corev1.Protocol) uint8 {
 	switch p {
 	case corev1.ProtocolUDP:
-		return 17
+		return unix.IPPROTO_UDP
 	case corev1.ProtocolSCTP:
-		return 132
+		return unix.IPPROTO_SCTP
 	}
-	return 6
+	return unix.IPPROTO_TCP
 }
 
 // resolver resolves one policy.
@@ -164,9 +169,14 @@ func (r *resolver) resolve() (linux.Policy, bool) {
 		return linux.Policy{}, false
 	}
 	var selected []pod
+	var selectedEndpoints []linux.Endpoint
 	for _, candidate := range r.pods {
-		if candidate.namespace == p.Namespace && podSelector.Matches(candidate.labels) && len(r.endpoints(candidate)) > 0 {
+		if candidate.namespace != p.Namespace || !podSelector.Matches(candidate.labels) {
+			continue
+		}
+		if endpoints := r.endpoints(candidate); len(endpoints) > 0 {
 			selected = append(selected, candidate)
+			selectedEndpoints = append(selectedEndpoints, endpoints...)
 		}
 	}
 	r.outcome.Pods = len(selected)
@@ -178,10 +188,6 @@ func (r *resolver) resolve() (linux.Policy, bool) {
 		egress = slices.Contains(p.Spec.PolicyTypes, v1beta1.PolicyTypeEgress)
 	}
 	out := linux.Policy{}
-	var selectedEndpoints []linux.Endpoint
-	for _, s := range selected {
-		selectedEndpoints = append(selectedEndpoints, r.endpoints(s)...)
-	}
 	if ingress {
 		d := &linux.PolicyDirection{Selected: selectedEndpoints}
 		for i, rule := range p.Spec.Ingress {

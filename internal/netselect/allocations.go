@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -29,6 +30,18 @@ type Allocation struct {
 	// IPs have the Network's prefix length.
 	IPs []string `json:"ips"`
 	MAC string   `json:"mac"`
+}
+
+// Finished reports whether the pod's containers are done and will not run
+// again: its allocations no longer hold addresses, which can go to others.
+func Finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// HoldingChanged reports whether what the pod holds changed from old to
+// cur: its allocations, or whether it finished.
+func HoldingChanged(old, cur *corev1.Pod) bool {
+	return old.Annotations[AllocationsAnnotation] != cur.Annotations[AllocationsAnnotation] || Finished(old) != Finished(cur)
 }
 
 // ParseAllocations reads the allocations annotation; empty is none.

@@ -79,17 +79,19 @@ func TestPolicyMatrix(t *testing.T) {
 	if err := node.Check(); err != nil {
 		t.Fatalf("this host cannot run a node: %v", err)
 	}
-	// Not t.TempDir: a container shim's state may outlive the node by a
-	// moment, which would fail the test after it passed.
-	dataDir, err := os.MkdirTemp("", "netop-policies-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
+	dataDir := t.TempDir()
 	backendNetns := nettest.NetnsName("netop-n-")
 	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
 	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
 		"--node=true", "--node-name="+testNodeName)
+	// Stopped as a user does, after its pods went: nothing of the node
+	// stays behind (the cleanup of a test that failed kills it instead).
+	defer func() {
+		sa.stop(t)
+		if left := leftovers(dataDir); len(left) > 0 {
+			t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
+		}
+	}()
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	client := versioned.NewForConfigOrDie(cfg)
@@ -133,8 +135,8 @@ func TestPolicyMatrix(t *testing.T) {
 			pods = append(pods, &matrixPod{ns: ns, name: name})
 		}
 	}
-	// Gone before the node stops, so that no container outlives it.
-	t.Cleanup(func() {
+	// Gone before the node stops.
+	defer func() {
 		ctx := context.Background()
 		for _, p := range pods {
 			_ = kube.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
@@ -150,7 +152,7 @@ func TestPolicyMatrix(t *testing.T) {
 			}
 			return left == 0, fmt.Sprintf("%d pods left", left)
 		})
-	})
+	}()
 	for _, p := range pods {
 		waitMatrixPod(t, kube, dataDir, p)
 	}
@@ -286,12 +288,12 @@ func TestPolicyMatrix(t *testing.T) {
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "friends", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("friend", "yes")}})})},
 			want:     ingressTo(xa, nothing),
-			then:     func(t *testing.T) { labelPod(t, kube, "z", "b", `{"metadata":{"labels":{"friend":"yes"}}}`) },
+			then:     func(t *testing.T) { labelPod(t, kube, "z", "b", "friend", "yes") },
 			thenWant: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "z/b" })},
 		{name: "a pod relabelled into the policy's selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("friend", "no"), PolicyTypes: ingressTypes})},
 			want:     everything,
-			then:     func(t *testing.T) { labelPod(t, kube, "x", "a", `{"metadata":{"labels":{"friend":"no"}}}`) },
+			then:     func(t *testing.T) { labelPod(t, kube, "x", "a", "friend", "no") },
 			thenWant: ingressTo(xa, nothing)},
 		{name: "a namespace relabelled into a namespace selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "blue", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
@@ -347,15 +349,20 @@ func TestPolicyMatrix(t *testing.T) {
 	}
 }
 
-func labelPod(t *testing.T, kube kubernetes.Interface, ns, name, patch string) {
+// labelPod sets the label key of pod ns/name to value until the test ends.
+func labelPod(t *testing.T, kube kubernetes.Interface, ns, name, key, value string) {
 	t.Helper()
-	if _, err := kube.CoreV1().Pods(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	patch := func(ctx context.Context, value any) error {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+		if err == nil {
+			_, err = kube.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+		}
+		return err
+	}
+	if err := patch(t.Context(), value); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		undo := strings.NewReplacer(`"yes"`, "null", `"no"`, "null").Replace(patch)
-		_, _ = kube.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, []byte(undo), metav1.PatchOptions{})
-	})
+	t.Cleanup(func() { _ = patch(context.Background(), nil) })
 }
 
 // waitMatrixPod waits until p runs with its net1 address, finds its

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
 // serve listens in p's namespace on TCP and UDP port (UDP echoes).
@@ -204,27 +203,8 @@ func TestFirewall(t *testing.T) {
 		ok, err := fw.inOrder(c)
 		return ok && err == nil
 	}
-	tamper := func(what string, f func()) {
-		t.Helper()
-		for deadline := time.Now().Add(eventTimeout); ; {
-			f()
-			if err := c.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			repaired := false
-			for poll := time.Now().Add(time.Second); !repaired && time.Now().Before(poll); time.Sleep(10 * time.Millisecond) {
-				repaired = inOrder()
-			}
-			if repaired {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the %s policy table was not repaired", what)
-			}
-		}
-	}
-	tamper("deleted", func() { c.AddTable(policyTable); c.DelTable(policyTable) })
-	tamper("flushed", func() { c.FlushTable(policyTable) })
+	tamperUntilRepaired(t, fw.conn, "deleted", func(c *nftables.Conn) { c.AddTable(policyTable); c.DelTable(policyTable) }, inOrder)
+	tamperUntilRepaired(t, fw.conn, "flushed", func(c *nftables.Conn) { c.FlushTable(policyTable) }, inOrder)
 	check("repaired", probe{p1, a3, 80, false, false}, probe{p1, a3, 80, true, true})
 	if err := c.SetDeleteElements(&nftables.Set{Table: policyTable, Name: "p0-eg4-r0-peers", KeyType: concat(nftables.TypeIFName, nftables.TypeIPAddr), Concatenation: true},
 		[]nftables.SetElement{{Key: endpointKey(ep(br, a3))}}); err != nil {
@@ -262,17 +242,7 @@ func startFirewallWatch(t *testing.T, fw *Firewall) {
 // allowing 50 peers. Reports the time to write the table whole and to add
 // one pod.
 func BenchmarkFirewall(b *testing.B) {
-	nettest.RequireRoot(b)
-	name := nettest.NetnsName("netop-b-")
-	if err := EnsureNetns(name); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = nettest.DeleteNetns(name) }()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = ns.Close() }()
+	ns := benchNetns(b)
 	addr := func(i int) Endpoint {
 		return Endpoint{Bridge: "netop" + strconv.Itoa(i%10), Addr: netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(1 + i%250)})}
 	}
@@ -295,6 +265,7 @@ func BenchmarkFirewall(b *testing.B) {
 	b.Run("replace", func(b *testing.B) {
 		fw := &Firewall{ns: ns}
 		var stats FirewallStats
+		var err error
 		for b.Loop() {
 			fw.applied = nil
 			if stats, err = fw.Apply(policies(1000)); err != nil {

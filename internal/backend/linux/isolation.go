@@ -51,12 +51,7 @@ type isolation struct {
 	bridges atomic.Int64
 }
 
-func (i *isolation) conn() (*nftables.Conn, error) {
-	if !i.ns.IsOpen() {
-		return nftables.New()
-	}
-	return nftables.New(nftables.WithNetNSFd(int(i.ns)))
-}
+func (i *isolation) conn() (*nftables.Conn, error) { return nftablesConn(i.ns) }
 
 var (
 	isolationTable = &nftables.Table{Family: nftables.TableFamilyINet, Name: IsolationTable}

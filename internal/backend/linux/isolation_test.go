@@ -182,30 +182,12 @@ func TestIsolation(t *testing.T) {
 	// rules back. Its subscription starts asynchronously: the table is
 	// deleted until the watch repairs it, and flushed once it did.
 	startWatch(t, e)
-	tamper := func(what string, f func(c *nftables.Conn)) {
-		t.Helper()
-		deadline := time.Now().Add(eventTimeout)
-		for {
-			c, err := e.b.isolation.conn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			f(c)
-			if err := c.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			for poll := time.Now().Add(time.Second); time.Now().Before(poll); time.Sleep(10 * time.Millisecond) {
-				if _, ok := e.isolationInOrder(t); ok {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the isolation table was not repaired after it was %s", what)
-			}
-		}
+	inOrder := func() bool {
+		_, ok := e.isolationInOrder(t)
+		return ok
 	}
-	tamper("deleted", func(c *nftables.Conn) { c.AddTable(isolationTable); c.DelTable(isolationTable) })
-	tamper("flushed", func(c *nftables.Conn) { c.FlushTable(isolationTable) })
+	tamperUntilRepaired(t, e.b.isolation.conn, "deleted", func(c *nftables.Conn) { c.AddTable(isolationTable); c.DelTable(isolationTable) }, inOrder)
+	tamperUntilRepaired(t, e.b.isolation.conn, "flushed", func(c *nftables.Conn) { c.FlushTable(isolationTable) }, inOrder)
 	check("after the table was flushed and repaired")
 
 	if err := e.b.Delete(testContext(t), a.Owner, nil); err != nil {
@@ -222,20 +204,52 @@ func TestIsolation(t *testing.T) {
 	}
 }
 
-// The isolation rules are the same few beside 10 Networks and 1000: only
-// the set grows. Reports the time to program the whole table.
-func BenchmarkIsolationProgram(b *testing.B) {
+// tamperUntilRepaired does f to a table until inOrder reports it repaired
+// within a second, failing after eventTimeout: a watch subscribes
+// asynchronously, and a table tampered with before it did stays so.
+func tamperUntilRepaired(t *testing.T, conn func() (*nftables.Conn, error), what string, f func(c *nftables.Conn), inOrder func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(eventTimeout)
+	for {
+		c, err := conn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(c)
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for poll := time.Now().Add(time.Second); time.Now().Before(poll); time.Sleep(10 * time.Millisecond) {
+			if inOrder() {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the table was not repaired after it was %s", what)
+		}
+	}
+}
+
+// benchNetns is a throwaway network namespace for a benchmark.
+func benchNetns(b *testing.B) netns.NsHandle {
 	nettest.RequireRoot(b)
 	name := nettest.NetnsName("netop-b-")
 	if err := EnsureNetns(name); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = nettest.DeleteNetns(name) }()
+	b.Cleanup(func() { _ = nettest.DeleteNetns(name) })
 	ns, err := netns.GetFromName(name)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = ns.Close() }()
+	b.Cleanup(func() { _ = ns.Close() })
+	return ns
+}
+
+// The isolation rules are the same few beside 10 Networks and 1000: only
+// the set grows. Reports the time to program the whole table.
+func BenchmarkIsolationProgram(b *testing.B) {
+	ns := benchNetns(b)
 	i := &isolation{ns: ns}
 	for _, n := range []int{10, 1000} {
 		b.Run(fmt.Sprintf("networks=%d", n), func(b *testing.B) {

@@ -134,20 +134,24 @@ const (
 	regMatch = 1
 )
 
-// direction names one side of a policy in chain and set names.
+// direction is one side of a policy: its name in chain and set names,
+// which of a Policy it is, and where its addresses are.
 type direction struct {
 	name string
-	// peerOffset picks the peer's address; podOffset the policy's pod's.
+	of   func(Policy) *PolicyDirection
+	// peer picks the peer's address; pod the address of the policy's pod.
 	peer, pod func(family) uint32
-	// allowed is where an allowed packet goes: on to ingress, or accepted.
+	// allowed is where a packet goes that the direction allows (on to
+	// ingress, or accepted): after an allowing rule, and after the
+	// dispatch for a packet that no policy isolates.
 	allowed func(family) *expr.Verdict
 }
 
 var (
-	egress = direction{name: "eg",
+	egress = direction{name: "eg", of: func(p Policy) *PolicyDirection { return p.Egress },
 		peer: func(f family) uint32 { return f.daddr }, pod: func(f family) uint32 { return f.saddr },
 		allowed: func(f family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: "in" + f.suffix} }}
-	ingress = direction{name: "in",
+	ingress = direction{name: "in", of: func(p Policy) *PolicyDirection { return p.Ingress },
 		peer: func(f family) uint32 { return f.saddr }, pod: func(f family) uint32 { return f.daddr },
 		allowed: func(family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }}
 )
@@ -165,16 +169,12 @@ type planSet struct {
 	elements [][]byte
 }
 
+// planChain is a chain and its rules' expressions; those that look a set
+// up name it, and get its ID in the programming transaction then.
 type planChain struct {
 	name  string
 	base  bool
-	rules []planRule
-}
-
-// planRule is a rule's expressions; those that look a set up name it, and
-// get its ID in the programming transaction then.
-type planRule struct {
-	exprs []expr.Any
+	rules [][]expr.Any
 }
 
 func (p *policyPlan) set(name string, keyType nftables.SetDatatype) *planSet {
@@ -190,7 +190,7 @@ func (p *policyPlan) chain(name string) *planChain {
 }
 
 func (c *planChain) add(exprs ...expr.Any) {
-	c.rules = append(c.rules, planRule{exprs: exprs})
+	c.rules = append(c.rules, exprs)
 }
 
 // plan lays the policies out as a table. Per family: "eg" sends each
@@ -239,10 +239,7 @@ func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
 	isolated := plan.set(d.name+"-isolated"+f.suffix, concat(nftables.TypeIFName, f.addrType))
 	seen := map[string]bool{}
 	for i, pol := range p {
-		pd := pol.Egress
-		if d.name == ingress.name {
-			pd = pol.Ingress
-		}
+		pd := d.of(pol)
 		if pd == nil {
 			continue
 		}
@@ -264,9 +261,10 @@ func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
 		for j, r := range pd.Rules {
 			ruleName := fmt.Sprintf("%s-r%d", prefix, j)
 			ports := portMatches(plan, f, ruleName, r)
-			var peers [][]expr.Any
 			if r.AnyPeer {
-				peers = append(peers, nil)
+				for _, port := range ports {
+					chain.add(slices.Concat(port, []expr.Any{d.allowed(f)})...)
+				}
 			}
 			if r.PodPeers {
 				set := plan.set(ruleName+"-peers", concat(nftables.TypeIFName, f.addrType))
@@ -276,12 +274,7 @@ func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
 					}
 				}
 				for _, port := range ports {
-					chain.add(slices.Concat(endpointLookup(f, d.peer(f), set.name), port.exprs, []expr.Any{d.allowed(f)})...)
-				}
-			}
-			for _, peer := range peers {
-				for _, port := range ports {
-					chain.add(slices.Concat(peer, port.exprs, []expr.Any{d.allowed(f)})...)
+					chain.add(slices.Concat(endpointLookup(f, d.peer(f), set.name), port, []expr.Any{d.allowed(f)})...)
 				}
 			}
 			for k, b := range r.Blocks {
@@ -299,32 +292,23 @@ func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
 					}
 				}
 				for _, port := range ports {
-					target.add(slices.Concat(within, port.exprs, []expr.Any{d.allowed(f)})...)
+					target.add(slices.Concat(within, port, []expr.Any{d.allowed(f)})...)
 				}
 			}
 		}
 	}
 	dispatch.add(append(endpointLookup(f, d.pod(f), isolated.name), &expr.Verdict{Kind: expr.VerdictDrop})...)
-	if d.name == egress.name {
-		dispatch.add(&expr.Verdict{Kind: expr.VerdictGoto, Chain: ingress.name + f.suffix})
-	} else {
-		dispatch.add(&expr.Verdict{Kind: expr.VerdictAccept})
-	}
+	dispatch.add(d.allowed(f))
 }
 
-// portMatch is one port of a rule as expressions.
-type portMatch struct {
-	exprs []expr.Any
-}
-
-// portMatches are a rule's ports: one match per numbered port or range,
-// one for all its named ports (a set of the destinations' resolved
-// ports), or a single empty match for every port.
-func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) []portMatch {
+// portMatches are a rule's ports as expressions: one match per numbered
+// port or range, one for all its named ports (a set of the destinations'
+// resolved ports), or a single empty match for every port.
+func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) [][]expr.Any {
 	if len(r.Ports) == 0 && !r.NamedPorts {
-		return []portMatch{{}}
+		return [][]expr.Any{nil}
 	}
-	var out []portMatch
+	var out [][]expr.Any
 	for _, p := range r.Ports {
 		m := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regMatch},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: []byte{p.Protocol}}}
@@ -337,7 +321,7 @@ func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) []po
 				m = append(m, &expr.Cmp{Op: expr.CmpOpEq, Register: regMatch, Data: binaryutil.BigEndian.PutUint16(p.First)})
 			}
 		}
-		out = append(out, portMatch{exprs: m})
+		out = append(out, m)
 	}
 	if r.NamedPorts {
 		set := plan.set(ruleName+"-named", concat(nftables.TypeIFName, f.addrType, nftables.TypeInetProto, nftables.TypeInetService))
@@ -346,14 +330,11 @@ func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) []po
 				set.elements = append(set.elements, portEndpointKey(e))
 			}
 		}
-		addrRegs := f.len / 4
-		out = append(out, portMatch{exprs: []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regKey},
-			&expr.Payload{DestRegister: regKey + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.len},
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regKey + 4 + addrRegs},
-			&expr.Payload{DestRegister: regKey + 5 + addrRegs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Lookup{SourceRegister: regKey, SetName: set.name},
-		}})
+		next := regKey + 4 + f.len/4
+		out = append(out, append(endpointKeyLoad(f, f.daddr),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: next},
+			&expr.Payload{DestRegister: next + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: regKey, SetName: set.name}))
 	}
 	return out
 }
@@ -361,10 +342,15 @@ func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) []po
 // endpointLookup matches packets whose bridge and address at offset are
 // in the set.
 func endpointLookup(f family, offset uint32, set string) []expr.Any {
+	return append(endpointKeyLoad(f, offset), &expr.Lookup{SourceRegister: regKey, SetName: set})
+}
+
+// endpointKeyLoad loads the bridge and the address at offset into the
+// key registers, as endpointKey lays them out.
+func endpointKeyLoad(f family, offset uint32) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regKey},
 		&expr.Payload{DestRegister: regKey + 4, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: f.len},
-		&expr.Lookup{SourceRegister: regKey, SetName: set},
 	}
 }
 

@@ -11,6 +11,7 @@ package netpolicy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netpolicy"
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	policyinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/k8s.cni.cncf.io/v1beta1"
@@ -105,7 +107,16 @@ func New(ctx context.Context, policies policyinformers.MultiNetworkPolicyInforme
 	logger := klog.FromContext(ctx)
 	enqueue := func(any) { c.Add(everything) }
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, cur any) { enqueue(cur) }, DeleteFunc: enqueue}
-	for _, informer := range []cache.SharedIndexInformer{policies.Informer(), pods.Informer(), namespaces.Informer(), networks.Informer()} {
+	// Pods change often (their status most of all): only what policies
+	// read of them is worth resolving again.
+	podHandler := handler
+	podHandler.UpdateFunc = func(old, cur any) {
+		if o, ok := old.(*corev1.Pod); !ok || policyRelevantChange(o, cur.(*corev1.Pod)) {
+			enqueue(cur)
+		}
+	}
+	for informer, handler := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{policies.Informer(): handler, pods.Informer(): podHandler,
+		namespaces.Informer(): handler, networks.Informer(): handler} {
 		handled, err := informer.AddEventHandlerWithOptions(handler, cache.HandlerOptions{Logger: &logger})
 		if err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
@@ -129,6 +140,12 @@ func New(ctx context.Context, policies policyinformers.MultiNetworkPolicyInforme
 		}
 	}
 	return c, nil
+}
+
+// policyRelevantChange reports whether a pod changed in what policies
+// read: its labels or what it holds (named ports never change).
+func policyRelevantChange(old, cur *corev1.Pod) bool {
+	return !maps.Equal(old.Labels, cur.Labels) || netselect.HoldingChanged(old, cur)
 }
 
 // sync resolves every policy against the caches, enforces the result and

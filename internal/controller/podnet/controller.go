@@ -76,7 +76,7 @@ const networkIndex = "networkUID"
 
 func podNetworkUIDs(obj any) ([]string, error) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || finished(pod) {
+	if !ok || netselect.Finished(pod) {
 		return nil, nil
 	}
 	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
@@ -145,8 +145,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 		AddFunc: c.enqueuePod,
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
-			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] ||
-				o.Annotations[netselect.AllocationsAnnotation] != n.Annotations[netselect.AllocationsAnnotation] || finished(o) != finished(n) {
+			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] || netselect.HoldingChanged(o, n) {
 				c.enqueuePod(n)
 			}
 		},
@@ -268,12 +267,6 @@ func (c *Controller) wakeNetwork(key string) {
 	}
 }
 
-// finished: the pod's containers are done and will not run again, so its
-// addresses can go to others.
-func finished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
 // sync gives a pod the addresses it asks for, or frees those of a pod that
 // went or finished.
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
@@ -285,7 +278,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if finished(pod) {
+	if netselect.Finished(pod) {
 		c.release(name, "")
 		return nil
 	}
