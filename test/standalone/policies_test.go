@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,12 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/controller/netpolicy"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/podprobe"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -44,36 +40,21 @@ type matrixPod struct {
 
 func (p *matrixPod) String() string { return p.ns + "/" + p.name }
 
-// A probe's target port.
-type matrixPort struct {
-	port int
-	udp  bool
-}
-
-func (p matrixPort) String() string {
-	if p.udp {
-		return strconv.Itoa(p.port) + "/udp"
-	}
-	return strconv.Itoa(p.port) + "/tcp"
-}
-
-var matrixPorts = []matrixPort{{80, false}, {81, false}, {80, true}, {81, true}}
+var matrixPorts = []podprobe.Port{{Number: 80, Protocol: podprobe.TCP}, {Number: 81, Protocol: podprobe.TCP}, {Number: 80, Protocol: podprobe.UDP}, {Number: 81, Protocol: podprobe.UDP}, {Number: 80, Protocol: podprobe.SCTP}}
 
 // expectation says whether from reaches to on port.
-type expectation func(from, to *matrixPod, port matrixPort) bool
+type expectation func(from, to *matrixPod, port podprobe.Port) bool
 
-func everything(*matrixPod, *matrixPod, matrixPort) bool { return true }
+func everything(*matrixPod, *matrixPod, podprobe.Port) bool { return true }
 
 // Issue 34 on the standalone's real node: MultiNetworkPolicies on a netop
 // Network, checked in the style of Kubernetes' network-policy e2e suite.
 // Namespaces x, y and z each have pods a, b and c on Network x/pol, which
-// admits every namespace; each listens on TCP and UDP ports 80 and 81
-// (sockets the test opens in the pod's network namespace: this busybox's
-// nc has no UDP, and its TCP server, a process per connection with a
-// backlog of one, drops the matrix's bursts of connections). Each case
-// applies its policies and compares the whole matrix of who reaches whom,
-// probed from the pods' network namespaces, with what it expects; a
-// busybox nc in a container is refused as the probes are.
+// admits every namespace; each listens on TCP and UDP ports 80 and 81 and
+// takes SCTP on 80 (podprobe's sockets in the pod's network namespace).
+// Each case applies its policies and compares the whole matrix of who
+// reaches whom, probed from the pods' network namespaces, with what it
+// expects; a busybox nc in a container is refused as the probes are.
 func TestPolicyMatrix(t *testing.T) {
 	nettest.RequireRoot(t)
 	if err := node.Check(); err != nil {
@@ -113,26 +94,28 @@ func TestPolicyMatrix(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// newPod creates pod ns/name labelled pod=label on x/pol, declaring
+	// the matrix's ports as named container ports.
+	newPod := func(t *testing.T, ns, name, label string) *matrixPod {
+		t.Helper()
+		p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
+		p.Labels = map[string]string{"pod": label}
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: "x/pol"}
+		for _, port := range matrixPorts {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{
+				Name: "serve-" + strings.ReplaceAll(port.String(), "/", "-"), ContainerPort: int32(port.Number), Protocol: corev1.Protocol(strings.ToUpper(port.Protocol))})
+		}
+		// Admission knows x/pol once its cache has it.
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			return err == nil, fmt.Sprintf("creating pod %s/%s: %v", ns, name, err)
+		})
+		return &matrixPod{ns: ns, name: name}
+	}
 	var pods []*matrixPod
 	for _, ns := range []string{"x", "y", "z"} {
 		for _, name := range []string{"a", "b", "c"} {
-			p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
-			p.Labels = map[string]string{"pod": name}
-			p.Annotations = map[string]string{netselect.NetworksAnnotation: "x/pol"}
-			for _, port := range matrixPorts {
-				protocol := corev1.ProtocolTCP
-				if port.udp {
-					protocol = corev1.ProtocolUDP
-				}
-				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{
-					Name: "serve-" + strings.ReplaceAll(port.String(), "/", "-"), ContainerPort: int32(port.port), Protocol: protocol})
-			}
-			// Admission knows x/pol once its cache has it.
-			testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-				_, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-				return err == nil, fmt.Sprintf("creating pod %s/%s: %v", ns, name, err)
-			})
-			pods = append(pods, &matrixPod{ns: ns, name: name})
+			pods = append(pods, newPod(t, ns, name, name))
 		}
 	}
 	// Gone before the node stops.
@@ -187,24 +170,35 @@ func TestPolicyMatrix(t *testing.T) {
 	named := func(name string) *intstr.IntOrString { return &intstr.IntOrString{Type: intstr.String, StrVal: name} }
 	number := func(n int) *intstr.IntOrString { return &intstr.IntOrString{IntVal: int32(n)} }
 	udp := ptr.To(v1beta1.ProtocolUDP)
+	tcp := ptr.To(v1beta1.ProtocolTCP)
+	sctp := ptr.To(v1beta1.ProtocolSCTP)
 	// ingressTo expects only allowed(from, port) to reach target; every
 	// other pair is open.
-	ingressTo := func(target *matrixPod, allowed func(from *matrixPod, port matrixPort) bool) expectation {
-		return func(from, to *matrixPod, port matrixPort) bool { return to != target || allowed(from, port) }
+	ingressTo := func(target *matrixPod, allowed func(from *matrixPod, port podprobe.Port) bool) expectation {
+		return func(from, to *matrixPod, port podprobe.Port) bool { return to != target || allowed(from, port) }
 	}
-	egressFrom := func(source *matrixPod, allowed func(to *matrixPod, port matrixPort) bool) expectation {
-		return func(from, to *matrixPod, port matrixPort) bool { return from != source || allowed(to, port) }
+	egressFrom := func(source *matrixPod, allowed func(to *matrixPod, port podprobe.Port) bool) expectation {
+		return func(from, to *matrixPod, port podprobe.Port) bool { return from != source || allowed(to, port) }
 	}
-	nothing := func(*matrixPod, matrixPort) bool { return false }
+	nothing := func(*matrixPod, podprobe.Port) bool { return false }
 	mnp := func(ns, name, policyFor string, spec v1beta1.MultiNetworkPolicySpec) *v1beta1.MultiNetworkPolicy {
 		return &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Annotations: map[string]string{v1beta1.PolicyForAnnotation: policyFor}}, Spec: spec}
 	}
 	ingressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeIngress}
 	egressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeEgress}
+	bothTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeIngress, v1beta1.PolicyTypeEgress}
+	only := func(want podprobe.Port) func(*matrixPod, podprobe.Port) bool {
+		return func(_ *matrixPod, port podprobe.Port) bool { return port == want }
+	}
 	ingressRule := func(from []v1beta1.MultiNetworkPolicyPeer, ports ...v1beta1.MultiNetworkPolicyPort) []v1beta1.MultiNetworkPolicyIngressRule {
 		return []v1beta1.MultiNetworkPolicyIngressRule{{From: from, Ports: ports}}
 	}
+	// A case whose policies should change nothing adds control, created
+	// last: the policies' informer delivers in order, so a matrix showing
+	// control's effect was enforced with the others in place.
+	control := mnp("y", "control", "x/pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "c"), PolicyTypes: ingressTypes})
+	controlled := ingressTo(pod("y/c"), nothing)
 	cases := []struct {
 		name     string
 		policies []*v1beta1.MultiNetworkPolicy
@@ -222,52 +216,52 @@ func TestPolicyMatrix(t *testing.T) {
 			want:     egressFrom(xa, nothing)},
 		{name: "deny ingress to a whole namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
-			want:     func(from, to *matrixPod, _ matrixPort) bool { return to.ns != "y" }},
+			want:     func(from, to *matrixPod, _ podprobe.Port) bool { return to.ns != "y" }},
 		{name: "allow from a pod selector (its namespace's pods)",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "b")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "x/b" })},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "x/b" })},
 		{name: "allow from a namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.ns == "y" })},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns == "y" })},
 		{name: "allow from a pod selector in a namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y"), PodSelector: sel("pod", "c")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "y/c" })},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "y/c" })},
 		{name: "allow from every namespace's pods b",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("pod", "b")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.name == "b" })},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" })},
 		{name: "allow from an ipBlock with an except",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: "10.181.0.0/24", Except: []string{pod("y/b").addr + "/32"}}}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() != "y/b" })},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() != "y/b" })},
 		{name: "egress to an ipBlock",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: pod("z/c").addr + "/32"}}}}}})},
-			want: egressFrom(xa, func(to *matrixPod, _ matrixPort) bool { return to.String() == "z/c" })},
+			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.String() == "z/c" })},
 		{name: "egress to a namespace, unset policyTypes",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{}},
 				Egress:  []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}}})},
-			want: egressFrom(xa, func(to *matrixPod, _ matrixPort) bool { return to.ns == "z" })},
+			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.ns == "z" })},
 		{name: "by port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: number(81)})})},
-			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{81, false} })},
+			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 81, Protocol: podprobe.TCP} })},
 		{name: "by named port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: named("serve-80-tcp")})})},
-			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{80, false} })},
+			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 80, Protocol: podprobe.TCP} })},
 		{name: "egress by named port of the destinations",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: udp, Port: named("serve-81-udp")}}}}})},
-			want: egressFrom(xa, func(_ *matrixPod, port matrixPort) bool { return port == matrixPort{81, true} })},
+			want: egressFrom(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 81, Protocol: podprobe.UDP} })},
 		{name: "UDP by port range",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Protocol: udp, Port: number(80), EndPort: ptr.To[int32](81)})})},
-			want: ingressTo(xa, func(_ *matrixPod, port matrixPort) bool { return port.udp })},
+			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port.Protocol == podprobe.UDP })},
 		{name: "the union of two policies",
 			policies: []*v1beta1.MultiNetworkPolicy{
 				mnp("x", "from-b", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
@@ -275,21 +269,105 @@ func TestPolicyMatrix(t *testing.T) {
 				mnp("x", "from-c", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 					Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "c")}}, v1beta1.MultiNetworkPolicyPort{Port: number(81)})}),
 			},
-			want: ingressTo(xa, func(from *matrixPod, port matrixPort) bool {
-				return from.String() == "x/b" && port == matrixPort{80, false} || from.String() == "x/c" && port == matrixPort{81, false}
+			want: ingressTo(xa, func(from *matrixPod, port podprobe.Port) bool {
+				return from.String() == "x/b" && port == podprobe.Port{Number: 80, Protocol: podprobe.TCP} || from.String() == "x/c" && port == podprobe.Port{Number: 81, Protocol: podprobe.TCP}
 			})},
 		{name: "a policy for another Network has no effect",
-			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "elsewhere", "x/other", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
-			want:     everything},
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "elsewhere", "x/other", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes}), control},
+			want:     controlled},
 		{name: "a policy for a Network that does not exist has no effect",
-			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "nowhere", "x/missing", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
-			want:     everything},
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "nowhere", "x/missing", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes}), control},
+			want:     controlled},
+		{name: "SCTP by port",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Protocol: sctp, Port: number(80)})})},
+			want: ingressTo(xa, only(podprobe.Port{Number: 80, Protocol: podprobe.SCTP}))},
+		{name: "egress by SCTP named port",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
+				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: sctp, Port: named("serve-80-sctp")}}}}})},
+			want: egressFrom(xa, only(podprobe.Port{Number: 80, Protocol: podprobe.SCTP}))},
+		{name: "egress by TCP port range",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
+				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: tcp, Port: number(81), EndPort: ptr.To[int32](90)}}}}})},
+			want: egressFrom(xa, only(podprobe.Port{Number: 81, Protocol: podprobe.TCP}))},
+		{name: "egress to an ipBlock with an except",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
+				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: "10.181.0.0/24", Except: []string{pod("z/c").addr + "/32"}}}}}}})},
+			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.String() != "z/c" })},
+		{name: "ingress and egress in one policy",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "both", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: bothTypes,
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y")}}),
+				Egress:  []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}}})},
+			want: func(from, to *matrixPod, _ podprobe.Port) bool {
+				switch {
+				case to == xa:
+					return from.ns == "y"
+				case from == xa:
+					return to.ns == "z"
+				}
+				return true
+			}},
+		{name: "default deny both ways in a namespace",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PolicyTypes: bothTypes})},
+			want:     func(from, to *matrixPod, _ podprobe.Port) bool { return from.ns != "y" && to.ns != "y" }},
+		{name: "allow from its own namespace",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "same", "x/pol", v1beta1.MultiNetworkPolicySpec{
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}})})},
+			want: func(from, to *matrixPod, _ podprobe.Port) bool { return to.ns != "y" || from.ns == "y" }},
+		{name: "allow all ingress beside a default deny",
+			policies: []*v1beta1.MultiNetworkPolicy{
+				mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes}),
+				mnp("x", "all", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{}}}),
+				control,
+			},
+			want: controlled},
+		{name: "selectors with expressions",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pod", Operator: metav1.LabelSelectorOpIn, Values: []string{"a"}}}},
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "ns", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"x"}}}},
+					PodSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pod", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"c"}}}},
+				}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns != "x" && from.name != "c" })},
+		{name: "policy-for naming two Networks",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "other, x/pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
+			want:     ingressTo(xa, nothing)},
+		{name: "a policy edited",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: number(80)})})},
+			want: ingressTo(xa, only(podprobe.Port{Number: 80, Protocol: podprobe.TCP})),
+			then: func(t *testing.T) {
+				p, err := policies.MultiNetworkPolicies("x").Get(t.Context(), "allow", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Spec.Ingress[0].Ports[0].Port = number(81)
+				if _, err := policies.MultiNetworkPolicies("x").Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			thenWant: ingressTo(xa, only(podprobe.Port{Number: 81, Protocol: podprobe.TCP}))},
+		{name: "a pod that joins after the policy",
+			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("pod", "b")}})})},
+			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" }),
+			then: func(t *testing.T) {
+				// x/d, labelled as the b pods are.
+				d := newPod(t, "x", "d", "b")
+				t.Cleanup(func() {
+					pods = slices.DeleteFunc(pods, func(p *matrixPod) bool { return p == d })
+					_ = kube.CoreV1().Pods("x").Delete(context.Background(), "d", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+				})
+				waitMatrixPod(t, kube, dataDir, d)
+				pods = append(pods, d)
+			},
+			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" || from.name == "d" })},
 		{name: "a pod relabelled into and out of a peer selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "friends", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("friend", "yes")}})})},
 			want:     ingressTo(xa, nothing),
 			then:     func(t *testing.T) { labelPod(t, kube, "z", "b", "friend", "yes") },
-			thenWant: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.String() == "z/b" })},
+			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "z/b" })},
 		{name: "a pod relabelled into the policy's selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("friend", "no"), PolicyTypes: ingressTypes})},
 			want:     everything,
@@ -304,7 +382,7 @@ func TestPolicyMatrix(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			thenWant: ingressTo(xa, func(from *matrixPod, _ matrixPort) bool { return from.ns == "z" })},
+			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns == "z" })},
 		{name: "a policy deleted",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
 			want:     ingressTo(xa, nothing),
@@ -384,91 +462,19 @@ func waitMatrixPod(t *testing.T, kube kubernetes.Interface, dataDir string, p *m
 			return false, err.Error()
 		}
 		p.addr = prefix.Addr().String()
-		records, _ := filepath.Glob(filepath.Join(dataDir, "*", "cni", "netop", "*.json"))
-		more, _ := filepath.Glob(filepath.Join(dataDir, "*", "*", "cni", "netop", "*.json"))
-		for _, path := range append(records, more...) {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				continue
-			}
-			var r cni.Record
-			if json.Unmarshal(data, &r) == nil && r.Pod == p.String() {
-				if p.netns, err = netns.GetFromPath(r.Netns); err != nil {
-					return false, err.Error()
-				}
-				return true, ""
-			}
+		var ok bool
+		p.netns, ok, err = podprobe.Netns(dataDir, p.String())
+		if err != nil {
+			return false, err.Error()
 		}
-		return false, fmt.Sprintf("no CNI record of pod %s under %s", p, dataDir)
+		return ok, fmt.Sprintf("no CNI record of pod %s under %s", p, dataDir)
 	})
 	t.Cleanup(func() { _ = p.netns.Close() })
-	for _, port := range matrixPorts {
-		if !port.udp {
-			var l net.Listener
-			if err := linux.InNetns(p.netns, func() (err error) {
-				l, err = net.Listen("tcp4", ":"+strconv.Itoa(port.port))
-				return err
-			}); err != nil {
-				t.Fatalf("TCP %d in pod %s: %v", port.port, p, err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
-				}
-			}()
-			continue
-		}
-		var conn net.PacketConn
-		if err := linux.InNetns(p.netns, func() (err error) {
-			conn, err = net.ListenPacket("udp4", ":"+strconv.Itoa(port.port))
-			return err
-		}); err != nil {
-			t.Fatalf("UDP %d in pod %s: %v", port.port, p, err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		go func() {
-			buf := make([]byte, 64)
-			for {
-				n, from, err := conn.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = conn.WriteTo(buf[:n], from)
-			}
-		}()
+	closeServers, err := podprobe.Serve(p.netns, matrixPorts)
+	if err != nil {
+		t.Fatalf("pod %s: %v", p, err)
 	}
-}
-
-// reaches reports whether from gets to to's port: a TCP connection, or a
-// UDP answer.
-func reaches(from, to *matrixPod, port matrixPort) bool {
-	const timeout = 400 * time.Millisecond
-	var conn net.Conn
-	network := "tcp4"
-	if port.udp {
-		network = "udp4"
-	}
-	if err := linux.InNetns(from.netns, func() (err error) {
-		conn, err = net.DialTimeout(network, net.JoinHostPort(to.addr, strconv.Itoa(port.port)), timeout)
-		return err
-	}); err != nil {
-		return false
-	}
-	defer func() { _ = conn.Close() }()
-	if !port.udp {
-		return true
-	}
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write([]byte("x")); err != nil {
-		return false
-	}
-	_, err := conn.Read(make([]byte, 8))
-	return err == nil
+	t.Cleanup(closeServers)
 }
 
 // waitMatrix probes every pair of pods on every port until the matrix is
@@ -486,7 +492,7 @@ func waitMatrix(t *testing.T, pods []*matrixPod, want expectation) {
 				}
 				for _, port := range matrixPorts {
 					wg.Go(func() {
-						got, expected := reaches(from, to, port), want(from, to, port)
+						got, expected := podprobe.Reaches(from.netns, to.netns, to.addr, port), want(from, to, port)
 						if got != expected {
 							mu.Lock()
 							wrong = append(wrong, fmt.Sprintf("%s→%s:%s %v (want %v)", from, to, port, got, expected))

@@ -1,0 +1,48 @@
+package podprobe
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/netop-dev/netop/internal/testing/nettest"
+)
+
+// The probes tell a served port from one nobody serves, in each protocol,
+// over a namespace's loopback: a probe that always said yes (or no) would
+// make every policy case meaningless.
+func TestReaches(t *testing.T) {
+	nettest.RequireRoot(t)
+	name := nettest.NetnsName("probe-")
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(name) })
+	h := nettest.Handle(t, name)
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	closeServers, err := Serve(ns, []Port{{Number: 80, Protocol: TCP}, {Number: 80, Protocol: UDP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeServers()
+	for _, c := range []struct {
+		port Port
+		want bool
+	}{{Port{Number: 80, Protocol: TCP}, true}, {Port{Number: 81, Protocol: TCP}, false}, {Port{Number: 80, Protocol: UDP}, true}, {Port{Number: 81, Protocol: UDP}, false}, {Port{Number: 80, Protocol: SCTP}, true}} {
+		if got := Reaches(ns, ns, "127.0.0.1", c.port); got != c.want {
+			t.Errorf("%s: reaches %v, want %v", c.port, got, c.want)
+		}
+	}
+}
