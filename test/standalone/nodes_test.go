@@ -53,7 +53,8 @@ func buildImage(t *testing.T, dir, ref string) (archive, binary string) {
 // served to the nodes, `netop manifests --image` applied. The controller's
 // two replicas and an agent per node run; a Network is ready on 3/3 nodes
 // with a bridge in every node's namespace; pods on two nodes reach each
-// other over the overlay. The leading controller killed, the other leads
+// other over the overlay, within the MultiNetworkPolicies the agents
+// enforce. The leading controller killed, the other leads
 // within the lease; an agent killed, its node lags and converges; a node
 // removed, its bridges go and nobody else's.
 func TestNodesWithManifests(t *testing.T) {
@@ -142,6 +143,7 @@ func TestNodesWithManifests(t *testing.T) {
 	for _, i := range []int{0, 2} {
 		p := busyboxPod(fmt.Sprintf("on-%d", i+1), corev1.RestartPolicyAlways, "sleep 3600")
 		p.Spec.NodeName = nodeNames[i]
+		p.Labels = map[string]string{"pod": p.Name}
 		p.Annotations = map[string]string{netselect.NetworksAnnotation: network.Name}
 		runPod(t, kube, p)
 		waitRunning(t, kube, p.Name, "c")
@@ -157,6 +159,7 @@ func TestNodesWithManifests(t *testing.T) {
 	// writes only its node's report (issue 33).
 	checkOverlayIsolation(t, cfg, kube, nodeNames[2], network.Spec.CIDR, addrs)
 	checkAgentTokens(t, cfg, kube, nodeNames[0], nodeNames[1])
+	checkOverlayPolicies(t, cfg, kube, network.Name, addrs)
 
 	// The leading controller killed: the other replica leads within the
 	// lease (15 s). Nothing is lost or doubled: the converged Network is

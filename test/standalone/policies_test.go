@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/controller/netpolicy"
@@ -249,15 +250,21 @@ func TestPolicyMatrix(t *testing.T) {
 		{name: "by port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: number(81)})})},
-			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 81, Protocol: podprobe.TCP} })},
+			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool {
+				return port == podprobe.Port{Number: 81, Protocol: podprobe.TCP}
+			})},
 		{name: "by named port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: named("serve-80-tcp")})})},
-			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 80, Protocol: podprobe.TCP} })},
+			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool {
+				return port == podprobe.Port{Number: 80, Protocol: podprobe.TCP}
+			})},
 		{name: "egress by named port of the destinations",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: udp, Port: named("serve-81-udp")}}}}})},
-			want: egressFrom(xa, func(_ *matrixPod, port podprobe.Port) bool { return port == podprobe.Port{Number: 81, Protocol: podprobe.UDP} })},
+			want: egressFrom(xa, func(_ *matrixPod, port podprobe.Port) bool {
+				return port == podprobe.Port{Number: 81, Protocol: podprobe.UDP}
+			})},
 		{name: "UDP by port range",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Protocol: udp, Port: number(80), EndPort: ptr.To[int32](81)})})},
@@ -506,4 +513,48 @@ func waitMatrix(t *testing.T, pods []*matrixPod, want expectation) {
 		sort.Strings(wrong)
 		return len(wrong) == 0, fmt.Sprintf("%d of the matrix differ: %s", len(wrong), strings.Join(wrong, ", "))
 	})
+}
+
+// Issue 34 across nodes: on-1 (node 1) and on-3 (node 3) are pods of
+// Network spans; the agents enforce policies on traffic that crosses the
+// overlay: ingress allowed by a peer selector a pod is relabelled into,
+// egress denied, replies of allowed flows passing both ways.
+func checkOverlayPolicies(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, network string, addrs map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	policies := versioned.NewForConfigOrDie(cfg).K8sCniCncfIoV1beta1().MultiNetworkPolicies("default")
+	create := func(name string, spec v1beta1.MultiNetworkPolicySpec) {
+		t.Helper()
+		if _, err := policies.Create(ctx, &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{v1beta1.PolicyForAnnotation: network}}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = policies.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	pings := func(when string, want map[[2]string]bool) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			var wrong []string
+			for pair, reach := range want {
+				if got := exitCode(t, cfg, kube, pair[0], "ping -c 1 -W 1 "+addrs[pair[1]]) == "0"; got != reach {
+					wrong = append(wrong, fmt.Sprintf("%s pings %s: %v, want %v", pair[0], pair[1], got, reach))
+				}
+			}
+			return len(wrong) == 0, when + ": " + strings.Join(wrong, "; ")
+		})
+	}
+	create("on-3-from-friends", v1beta1.MultiNetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "on-3"}},
+		Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{From: []v1beta1.MultiNetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"friend": "yes"}}}}}}})
+	pings("on-3 isolated in ingress", map[[2]string]bool{{"on-1", "on-3"}: false, {"on-3", "on-1"}: true})
+	labelPod(t, kube, "default", "on-1", "friend", "yes")
+	pings("on-1 a friend", map[[2]string]bool{{"on-1", "on-3"}: true, {"on-3", "on-1"}: true})
+	create("on-1-no-egress", v1beta1.MultiNetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "on-1"}},
+		PolicyTypes: []v1beta1.MultiPolicyType{v1beta1.PolicyTypeEgress}})
+	pings("on-1 isolated in egress", map[[2]string]bool{{"on-1", "on-3"}: false, {"on-3", "on-1"}: true})
+	for _, name := range []string{"on-3-from-friends", "on-1-no-egress"} {
+		if err := policies.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pings("no policy", map[[2]string]bool{{"on-1", "on-3"}: true, {"on-3", "on-1"}: true})
 }
