@@ -15,7 +15,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -218,4 +220,134 @@ func sctpInit(source, dest uint16) []byte {
 	// The CRC32c goes in as the little-endian word (RFC 9260 appendix B).
 	binary.LittleEndian.PutUint32(p[8:], crc32.Checksum(p, crc32.MakeTable(crc32.Castagnoli)))
 	return p
+}
+
+// Stream sends a numbered UDP datagram from one namespace to a UDP echo
+// (Serve's) every interval, each from a new socket, and records which
+// were answered: when a change of policy took effect on the path, to
+// within an interval. Each datagram is a new flow: a policy that denies
+// leaves established flows to conntrack, so one long flow would never see
+// it. Source ports go round a range that takes minutes to come back to a
+// port, longer than conntrack remembers a UDP flow (30 s): a random
+// ephemeral port could be one of a flow from before the change.
+type Stream struct {
+	from     netns.NsHandle
+	to       string
+	interval time.Duration
+	done     chan struct{}
+	finished sync.WaitGroup
+
+	mu       sync.Mutex
+	sent     []time.Time
+	answered []bool
+}
+
+// streamPorts are the source ports a Stream goes round.
+var streamPorts = struct{ first, count int }{first: 20000, count: 40000}
+
+// StartStream starts a Stream from the namespace from to addr:port.
+func StartStream(from netns.NsHandle, addr string, port int, interval time.Duration) (*Stream, error) {
+	s := &Stream{from: from, to: net.JoinHostPort(addr, strconv.Itoa(port)), interval: interval, done: make(chan struct{})}
+	started := make(chan error, 1)
+	s.finished.Go(func() { s.send(started) })
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("a UDP stream to %s: %w", s.to, err)
+	}
+	return s, nil
+}
+
+// send runs on a thread of its own in the namespace, so that each
+// datagram's socket is made there without a switch; the thread is
+// never unlocked, so Go discards it when send returns.
+func (s *Stream) send(started chan<- error) {
+	runtime.LockOSThread()
+	if err := netns.Set(s.from); err != nil {
+		started <- err
+		return
+	}
+	started <- nil
+	ticker := time.NewTicker(s.interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-ticker.C:
+		}
+		s.mu.Lock()
+		seq := len(s.sent)
+		s.mu.Unlock()
+		dialer := net.Dialer{LocalAddr: &net.UDPAddr{Port: streamPorts.first + seq%streamPorts.count}}
+		conn, err := dialer.Dial("udp4", s.to)
+		s.mu.Lock()
+		s.sent = append(s.sent, time.Now())
+		s.answered = append(s.answered, false)
+		s.mu.Unlock()
+		if err != nil {
+			continue
+		}
+		s.finished.Go(func() { s.await(conn, seq) })
+	}
+}
+
+// await sends datagram seq on conn and records its answer.
+func (s *Stream) await(conn net.Conn, seq int) {
+	defer func() { _ = conn.Close() }()
+	buf := make([]byte, 8)
+	binary.BigEndian.PutUint64(buf, uint64(seq))
+	_ = conn.SetDeadline(time.Now().Add(Timeout))
+	if _, err := conn.Write(buf); err != nil {
+		return
+	}
+	if n, err := conn.Read(buf); err != nil || n != 8 || binary.BigEndian.Uint64(buf) != uint64(seq) {
+		return
+	}
+	s.mu.Lock()
+	s.answered[seq] = true
+	s.mu.Unlock()
+}
+
+// Close stops the stream.
+func (s *Stream) Close() {
+	close(s.done)
+	s.finished.Wait()
+}
+
+// Opened reports the time from since to the sending of the first
+// datagram after since that was answered; ok is false until one is.
+func (s *Stream) Opened(since time.Time) (took time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, at := range s.sent {
+		if !at.Before(since) && s.answered[i] {
+			return at.Sub(since), true
+		}
+	}
+	return 0, false
+}
+
+// Closed reports the time from since to the sending of the first datagram
+// after since from which on none was answered; ok is false until the
+// datagrams of the last quiet (longer than any answer takes) were all
+// unanswered.
+func (s *Stream) Closed(since time.Time, quiet time.Duration) (took time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := len(s.sent)
+	for i, at := range s.sent {
+		if !at.Before(since) {
+			first = i
+			break
+		}
+	}
+	closedFrom := first
+	for i := first; i < len(s.sent); i++ {
+		if s.answered[i] {
+			closedFrom = i + 1
+		}
+	}
+	if closedFrom >= len(s.sent) || time.Since(s.sent[closedFrom]) < quiet {
+		return 0, false
+	}
+	return s.sent[closedFrom].Sub(since), true
 }

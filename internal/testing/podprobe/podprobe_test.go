@@ -1,12 +1,16 @@
 package podprobe
 
 import (
+	"context"
+	"fmt"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 
 	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
 )
 
 // The probes tell a served port from one nobody serves, in each protocol,
@@ -14,6 +18,51 @@ import (
 // make every policy case meaningless.
 func TestReaches(t *testing.T) {
 	nettest.RequireRoot(t)
+	ns := loopbackNetns(t)
+	closeServers, err := Serve(ns, []Port{{Number: 80, Protocol: TCP}, {Number: 80, Protocol: UDP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeServers()
+	for _, c := range []struct {
+		port Port
+		want bool
+	}{{Port{Number: 80, Protocol: TCP}, true}, {Port{Number: 81, Protocol: TCP}, false}, {Port{Number: 80, Protocol: UDP}, true}, {Port{Number: 81, Protocol: UDP}, false}, {Port{Number: 80, Protocol: SCTP}, true}} {
+		if got := Reaches(ns, ns, "127.0.0.1", c.port); got != c.want {
+			t.Errorf("%s: reaches %v, want %v", c.port, got, c.want)
+		}
+	}
+}
+
+// A stream opens on an echo that answers and closes when it stops.
+func TestStream(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := loopbackNetns(t)
+	closeServer, err := Serve(ns, []Port{{Number: 80, Protocol: UDP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	s, err := StartStream(ns, "127.0.0.1", 80, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	testenv.Eventually(t, 5*time.Second, func(context.Context) (bool, string) {
+		_, ok := s.Opened(began)
+		return ok, "no datagram answered"
+	})
+	closeServer()
+	stopped := time.Now()
+	testenv.Eventually(t, 5*time.Second, func(context.Context) (bool, string) {
+		took, ok := s.Closed(stopped, 100*time.Millisecond)
+		return ok && took >= 0, fmt.Sprintf("still answered (%v)", took)
+	})
+}
+
+// loopbackNetns is a throwaway network namespace with its loopback up.
+func loopbackNetns(t *testing.T) netns.NsHandle {
+	t.Helper()
 	name := nettest.NetnsName("probe-")
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v\n%s", err, out)
@@ -32,17 +81,5 @@ func TestReaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ns.Close() })
-	closeServers, err := Serve(ns, []Port{{Number: 80, Protocol: TCP}, {Number: 80, Protocol: UDP}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeServers()
-	for _, c := range []struct {
-		port Port
-		want bool
-	}{{Port{Number: 80, Protocol: TCP}, true}, {Port{Number: 81, Protocol: TCP}, false}, {Port{Number: 80, Protocol: UDP}, true}, {Port{Number: 81, Protocol: UDP}, false}, {Port{Number: 80, Protocol: SCTP}, true}} {
-		if got := Reaches(ns, ns, "127.0.0.1", c.port); got != c.want {
-			t.Errorf("%s: reaches %v, want %v", c.port, got, c.want)
-		}
-	}
+	return ns
 }

@@ -6,9 +6,12 @@
 // those pods running; then the same pods declaring the tutorial's
 // example-network: create to Running with net1 attached, create to
 // addresses allocated, pods attached per second, and netop's API writes
-// per pod. It prints two tables and a JSON line.
+// per pod; then the same pods again under --policies MultiNetworkPolicies
+// that select them all, and the time from a change (a pod relabelled, a
+// policy created or deleted) to its enforcement on a UDP stream between
+// two pods. It prints three tables and a JSON line.
 //
-//	go run ./test/bench/node [--pods 50]
+//	go run ./test/bench/node [--pods 50] [--policies 20] [--changes 50]
 package main
 
 import (
@@ -33,16 +36,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testing/podprobe"
+	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/vishvananda/netns"
 )
 
 type result struct {
@@ -76,18 +85,35 @@ type result struct {
 	AllocatedP99S    float64 `json:"allocatedP99S"`
 	AttachedPerS     float64 `json:"attachedPerS"`
 	PodWritesPerPod  float64 `json:"podWritesPerPod"`
+	// The same again, with Policies MultiNetworkPolicies selecting every
+	// pod on example-network.
+	Policies       int     `json:"policies"`
+	PolOneP50S     float64 `json:"policiesOneAtATimeP50S"`
+	PolOneP99S     float64 `json:"policiesOneAtATimeP99S"`
+	PolRunningP50S float64 `json:"policiesRunningP50S"`
+	PolRunningP99S float64 `json:"policiesRunningP99S"`
+	PolAllRunningS float64 `json:"policiesAllRunningS"`
+	// From a change (a pod relabelled, a policy created or deleted) to
+	// the first datagram that the change lets through or drops.
+	EnforcedPodP50S    float64 `json:"enforcedPodChangeP50S"`
+	EnforcedPodP99S    float64 `json:"enforcedPodChangeP99S"`
+	EnforcedPolicyP50S float64 `json:"enforcedPolicyChangeP50S"`
+	EnforcedPolicyP99S float64 `json:"enforcedPolicyChangeP99S"`
+	EnforcedChanges    int     `json:"enforcedChanges"`
 }
 
 func main() {
 	pods := flag.Int("pods", 50, "pods created at once")
+	policies := flag.Int("policies", 20, "MultiNetworkPolicies in the round of pods with policies")
+	changes := flag.Int("changes", 50, "changes of each kind (pod, policy) timed to enforcement")
 	flag.Parse()
-	if err := run(*pods); err != nil {
+	if err := run(*pods, *policies, *changes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pods int) error {
+func run(pods, policies, changes int) error {
 	tmp, err := os.MkdirTemp("", "netop-node-bench-")
 	if err != nil {
 		return err
@@ -151,6 +177,31 @@ func run(pods int) error {
 	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
 	r.AttachedPerS = float64(pods) / joined.all
 	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
+
+	netop, err := netopClient(filepath.Join(dataDir, "kubeconfig"))
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	if err := createPolicies(netop, policies); err != nil {
+		sa.stop()
+		return err
+	}
+	withPolicies, err := measurePods(kube, pods, "example-network", dataDir)
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	r.Policies = policies
+	r.PolOneP50S, r.PolOneP99S, r.PolRunningP50S, r.PolRunningP99S, r.PolAllRunningS = withPolicies.oneP50, withPolicies.oneP99, withPolicies.allP50, withPolicies.allP99, withPolicies.all
+	podChanges, policyChanges, err := measureEnforcement(kube, netop, dataDir, changes)
+	if err != nil {
+		sa.stop()
+		return err
+	}
+	r.EnforcedChanges = 2 * changes
+	r.EnforcedPodP50S, r.EnforcedPodP99S = percentiles(podChanges)
+	r.EnforcedPolicyP50S, r.EnforcedPolicyP99S = percentiles(policyChanges)
 	r.StopS = sa.stop().Seconds()
 
 	sa, ready, err = start(binary, args)
@@ -170,6 +221,12 @@ func run(pods int) error {
 	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s | %.2f |\n",
 		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS,
 		r.AllocatedOneP50S, r.AllocatedOneP99S, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod)
+	fmt.Println()
+	fmt.Printf("| %d policies on example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | change to enforcement, pod relabelled, p50 | p99 | policy created or deleted, p50 | p99 |\n", policies, pods)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n",
+		r.Date, r.PolOneP50S, r.PolOneP99S, r.PolRunningP50S, r.PolRunningP99S, r.PolAllRunningS,
+		1000*r.EnforcedPodP50S, 1000*r.EnforcedPodP99S, 1000*r.EnforcedPolicyP50S, 1000*r.EnforcedPolicyP99S)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
@@ -440,6 +497,159 @@ func deletePods(kube kubernetes.Interface) error {
 		list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench"})
 		return err == nil && len(list.Items) == 0, nil
 	})
+}
+
+func netopClient(kubeconfig string) (versioned.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return versioned.NewForConfig(cfg)
+}
+
+// createPolicies makes n policies for example-network that each select
+// every pod of default and allow it TCP port 1000+i from every other: each
+// pod is an element of every policy's sets, so that every pod that comes
+// or goes changes them all.
+func createPolicies(netop versioned.Interface, n int) error {
+	for i := range n {
+		p := &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%03d", i),
+			Annotations: map[string]string{v1beta1.PolicyForAnnotation: "example-network"}},
+			Spec: v1beta1.MultiNetworkPolicySpec{Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{
+				From:  []v1beta1.MultiNetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}},
+				Ports: []v1beta1.MultiNetworkPolicyPort{{Port: &intstr.IntOrString{IntVal: int32(1000 + i)}}},
+			}}}}
+		if _, err := netop.K8sCniCncfIoV1beta1().MultiNetworkPolicies("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating policy %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// measureEnforcement times changes to enforcement on a UDP stream from a
+// client pod to a server pod, one datagram every 2 ms: the client
+// labelled into and out of the server's policy's peers (pod changes), and
+// a policy opening the server to every pod created and deleted (policy
+// changes), each changes times.
+func measureEnforcement(kube kubernetes.Interface, netop versioned.Interface, dataDir string, changes int) (podChanges, policyChanges []float64, err error) {
+	ctx := context.Background()
+	handles := map[string]netns.NsHandle{}
+	addrs := map[string]string{}
+	for _, name := range []string{"enforce-server", "enforce-client"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": "enforce", "role": name},
+			Annotations: map[string]string{netselect.NetworksAnnotation: "example-network"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}}}}
+		if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, nil, err
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || got.Status.Phase != corev1.PodRunning {
+				return false, nil
+			}
+			allocations, err := netselect.ParseAllocations(got.Annotations[netselect.AllocationsAnnotation])
+			if err != nil || len(allocations) != 1 {
+				return false, nil
+			}
+			addrs[name], _, _ = strings.Cut(allocations[0].IPs[0], "/")
+			h, ok, err := podprobe.Netns(dataDir, "default/"+name)
+			if ok {
+				handles[name] = h
+			}
+			return ok, err
+		}); err != nil {
+			return nil, nil, fmt.Errorf("pod %s: %w", name, err)
+		}
+	}
+	defer func() {
+		for _, h := range handles {
+			_ = h.Close()
+		}
+	}()
+	closeServer, err := podprobe.Serve(handles["enforce-server"], []podprobe.Port{{Number: 80, Protocol: podprobe.UDP}})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeServer()
+	stream, err := podprobe.StartStream(handles["enforce-client"], addrs["enforce-server"], 80, 2*time.Millisecond)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stream.Close()
+
+	policies := netop.K8sCniCncfIoV1beta1().MultiNetworkPolicies("default")
+	policy := func(name string, from *metav1.LabelSelector) *v1beta1.MultiNetworkPolicy {
+		return &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{v1beta1.PolicyForAnnotation: "example-network"}},
+			Spec: v1beta1.MultiNetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "enforce-server"}},
+				Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{From: []v1beta1.MultiNetworkPolicyPeer{{PodSelector: from}},
+					Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: ptr.To(v1beta1.ProtocolUDP), Port: &intstr.IntOrString{IntVal: 80}}}}}}}
+	}
+	if _, err := policies.Create(ctx, policy("enforce-friends", &metav1.LabelSelector{MatchLabels: map[string]string{"friend": "yes"}}), metav1.CreateOptions{}); err != nil {
+		return nil, nil, err
+	}
+	// timed runs change and waits for the stream to open (or close).
+	timed := func(what string, open bool, change func() error) (float64, error) {
+		since := time.Now()
+		if err := change(); err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+		var took time.Duration
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			var ok bool
+			if open {
+				took, ok = stream.Opened(since)
+			} else {
+				took, ok = stream.Closed(since, 300*time.Millisecond)
+			}
+			return ok, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("%s: not enforced within 30 s", what)
+		}
+		return took.Seconds(), nil
+	}
+	label := func(value any) func() error {
+		return func() error {
+			body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"friend": value}}})
+			if err == nil {
+				_, err = kube.CoreV1().Pods("default").Patch(ctx, "enforce-client", types.MergePatchType, body, metav1.PatchOptions{})
+			}
+			return err
+		}
+	}
+	if _, err := timed("the server isolated", false, func() error { return nil }); err != nil {
+		return nil, nil, err
+	}
+	for range changes {
+		for _, step := range []struct {
+			what   string
+			open   bool
+			change func() error
+			into   *[]float64
+		}{
+			{"the client labelled a friend", true, label("yes"), &podChanges},
+			{"the client's label removed", false, label(nil), &podChanges},
+			{"a policy opening the server created", true, func() error {
+				_, err := policies.Create(ctx, policy("enforce-open", &metav1.LabelSelector{}), metav1.CreateOptions{})
+				return err
+			}, &policyChanges},
+			{"the policy opening the server deleted", false, func() error {
+				return policies.Delete(ctx, "enforce-open", metav1.DeleteOptions{})
+			}, &policyChanges},
+		} {
+			took, err := timed(step.what, step.open, step.change)
+			if err != nil {
+				return nil, nil, err
+			}
+			*step.into = append(*step.into, took)
+		}
+	}
+	if err := policies.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return nil, nil, err
+	}
+	return podChanges, policyChanges, deletePods(kube)
 }
 
 // memory sums the resident memory of the node's processes, found by the
