@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 
 	"github.com/google/nftables"
@@ -119,8 +120,38 @@ func (fw *Firewall) Apply(p Policies) (FirewallStats, error) {
 	return fw.update(c, plan)
 }
 
+// bridgedTrafficSysctls make br_netfilter show bridged IPv4 and IPv6
+// packets to the inet hooks, per network namespace: at 0, or without the
+// module, pods' traffic bypasses the table and every policy is void.
+var bridgedTrafficSysctls = []string{"/proc/sys/net/bridge/bridge-nf-call-iptables", "/proc/sys/net/bridge/bridge-nf-call-ip6tables"}
+
+// seeBridgedTraffic makes sure bridged traffic reaches the table: it sets
+// what an administrator turned off, and says what is missing when it
+// cannot (a node agent's /proc/sys is read-only).
+func (fw *Firewall) seeBridgedTraffic() error {
+	for _, path := range bridgedTrafficSysctls {
+		value, err := readSysctl(fw.ns, path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s does not exist: the kernel's br_netfilter module is not loaded, so bridged traffic never reaches the policy table (modprobe br_netfilter)", path)
+		}
+		if err != nil {
+			return err
+		}
+		if value == "1" {
+			continue
+		}
+		if err := WriteSysctl(fw.ns, path, "1"); err != nil {
+			return fmt.Errorf("%s is %s, so bridged traffic never reaches the policy table, and setting it to 1: %w", path, value, err)
+		}
+	}
+	return nil
+}
+
 // program replaces the table by plan's, in one transaction.
 func (fw *Firewall) program(c *nftables.Conn, plan *policyPlan, shape string) (FirewallStats, error) {
+	if err := fw.seeBridgedTraffic(); err != nil {
+		return FirewallStats{}, err
+	}
 	fw.removed = false
 	c.AddTable(policyTable)
 	c.DelTable(policyTable)
@@ -252,7 +283,7 @@ func (fw *Firewall) Repair() (bool, error) {
 	} else if ok, err := fw.inOrder(c); err != nil {
 		return false, fmt.Errorf("checking nftables table %s: %w", PolicyTable, err)
 	} else if ok {
-		return false, nil
+		return false, fw.seeBridgedTraffic()
 	}
 	if len(fw.desired) == 0 {
 		return true, fw.remove(c)

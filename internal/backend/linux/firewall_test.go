@@ -144,6 +144,11 @@ func TestFirewall(t *testing.T) {
 	// p2 receives TCP 80 from p1 only.
 	onlyP1 := Policies{{Name: "ns/db", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
 		Rules: []PolicyRule{{PodPeers: true, Pods: []Endpoint{ep(br, a1)}, Ports: []PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}}
+	// An administrator turned br_netfilter's IPv4 hook off in the
+	// namespace: the firewall turns it back on, else nothing below holds.
+	if err := WriteSysctl(e.b.ns, bridgedTrafficSysctls[0], "0"); err != nil {
+		t.Fatal(err)
+	}
 	if s := apply(onlyP1); !s.Replaced {
 		t.Errorf("the first policies: %+v, want the table written", s)
 	}
@@ -223,6 +228,57 @@ func TestFirewall(t *testing.T) {
 		t.Errorf("no policy left the table (%v)", err)
 	}
 	check("no policy", probe{p1, a2, 80, false, true}, probe{p3, a2, 81, true, true})
+}
+
+// IPv6: the same sets and rules by family. A pod isolated in egress still
+// answers neighbour solicitations (ICMPv6 133–137 are never filtered), so
+// connections to it work; ingress by peer and port as in IPv4.
+func TestFirewallIPv6(t *testing.T) {
+	e := newTestEnv(t)
+	if err := WriteSysctl(e.b.ns, "/proc/sys/net/ipv6/conf/all/forwarding", "1"); err != nil {
+		t.Fatal(err)
+	}
+	n := network(t, "v6", "fd00:93::/64", "fd00:93::1")
+	e.ensure(t, n, backend.ActionCreated)
+	br := BridgeName(n.UID)
+	const a1, a2, a3 = "fd00:93::2", "fd00:93::3", "fd00:93::4"
+	p1, p2, p3 := e.attach(t, n, a1+"/64"), e.attach(t, n, a2+"/64"), e.attach(t, n, a3+"/64")
+	for _, p := range []pod{p1, p2, p3} {
+		p.serve(t, 80)
+		p.serve(t, 81)
+	}
+	fw := e.b.Firewall()
+	apply := func(p Policies) {
+		t.Helper()
+		if _, err := fw.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before any packet between them: p2's neighbour advertisements to p1
+	// cross the table with p2 isolated in egress.
+	noEgress := &PolicyDirection{Selected: []Endpoint{ep(br, a2)}}
+	apply(Policies{{Name: "ns/quiet", Egress: noEgress}})
+	if !p1.connects(t, a2, 80) {
+		t.Error("p1 does not connect to p2, isolated in egress only")
+	}
+	if p2.connects(t, a1, 80) || p2.udp(t, a3, 81) {
+		t.Error("p2, isolated in egress, opens a connection")
+	}
+	apply(Policies{{Name: "ns/db", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
+		Rules: []PolicyRule{{PodPeers: true, Pods: []Endpoint{ep(br, a1)}, Ports: []PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}})
+	for _, c := range []struct {
+		from pod
+		to   string
+		port int
+		want bool
+	}{{p1, a2, 80, true}, {p1, a2, 81, false}, {p3, a2, 80, false}, {p3, a1, 81, true}, {p2, a3, 80, true}} {
+		if got := c.from.connects(t, c.to, c.port); got != c.want {
+			t.Errorf("p2 receiving TCP 80 from p1: %s to [%s]:%d: %v, want %v", c.from.addr, c.to, c.port, got, c.want)
+		}
+	}
+	if p1.udp(t, a2, 80) {
+		t.Error("p1 reaches p2 over UDP")
+	}
 }
 
 func startFirewallWatch(t *testing.T, fw *Firewall) {

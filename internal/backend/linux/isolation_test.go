@@ -57,6 +57,10 @@ func (e *testEnv) attach(t *testing.T, n backend.Network, addr string) pod {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a.IP.To4() == nil {
+		// Usable at once, as the CNI plugin's are.
+		a.Flags |= unix.IFA_F_NODAD
+	}
 	if err := h.AddrAdd(link, a); err != nil {
 		t.Fatal(err)
 	}

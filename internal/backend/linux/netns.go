@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -201,6 +202,22 @@ func WriteSysctl(ns netns.NsHandle, path, value string) error {
 	}
 	_, err = f.WriteString(value)
 	return errors.Join(err, f.Close())
+}
+
+// readSysctl reads a sysctl of the network namespace ns, without its
+// trailing newline.
+func readSysctl(ns netns.NsHandle, path string) (string, error) {
+	var f *os.File
+	err := InNetns(ns, func() (err error) {
+		f, err = os.Open(path)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(f)
+	return strings.TrimSpace(string(data)), err
 }
 
 // checkNetns reports whether name is a usable network namespace; the error
