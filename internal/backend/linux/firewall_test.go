@@ -15,9 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
-// serve listens in p's namespace on TCP and UDP port (UDP echoes).
+// serve listens in p's namespace on TCP and UDP port (UDP echoes), over
+// IPv4 and IPv6 apart: Go decides once per process whether "tcp" means
+// both, and decides no if it first probes in a namespace whose loopback
+// is down.
 func (p pod) serve(t *testing.T, port int) {
 	t.Helper()
 	ns, err := netns.GetFromName(p.netns)
@@ -25,37 +29,22 @@ func (p pod) serve(t *testing.T, port int) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ns.Close() }()
-	var l net.Listener
-	var u net.PacketConn
-	if err := InNetns(ns, func() (err error) {
-		if l, err = net.Listen("tcp", ":"+strconv.Itoa(port)); err != nil {
+	for _, v := range []string{"4", "6"} {
+		var l net.Listener
+		var u net.PacketConn
+		if err := InNetns(ns, func() (err error) {
+			if l, err = net.Listen("tcp"+v, ":"+strconv.Itoa(port)); err != nil {
+				return err
+			}
+			u, err = net.ListenPacket("udp"+v, ":"+strconv.Itoa(port))
 			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
-		u, err = net.ListenPacket("udp", ":"+strconv.Itoa(port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
+		t.Cleanup(func() { _ = l.Close(); _ = u.Close() })
+		go nettest.AcceptAndClose(l)
+		go nettest.EchoDatagrams(u)
 	}
-	t.Cleanup(func() { _ = l.Close(); _ = u.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			n, from, err := u.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = u.WriteTo(buf[:n], from)
-		}
-	}()
 }
 
 // udp reports whether p gets an answer from addr:port over UDP.

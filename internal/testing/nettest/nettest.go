@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,4 +81,29 @@ func Handle(t testing.TB, name string) *netlink.Handle {
 	}
 	t.Cleanup(h.Close)
 	return h
+}
+
+// AcceptAndClose accepts connections on l and closes them until l is
+// closed: an open TCP port for probes that only connect.
+func AcceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
+}
+
+// EchoDatagrams answers every datagram on conn with itself until conn is
+// closed: a UDP port that probes can tell from a dropped one.
+func EchoDatagrams(conn net.PacketConn) {
+	buf := make([]byte, 64)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = conn.WriteTo(buf[:n], from)
+	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
 // Protocols of a Port, as NetworkPolicy names them in lower case.
@@ -93,15 +94,7 @@ func Serve(ns netns.NsHandle, ports []Port) (close func(), err error) {
 				return nil, fmt.Errorf("listening on %s: %w", port, err)
 			}
 			closers = append(closers, l.Close)
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
-				}
-			}()
+			go nettest.AcceptAndClose(l)
 		case UDP:
 			var conn net.PacketConn
 			if err := linux.InNetns(ns, func() (err error) {
@@ -112,16 +105,7 @@ func Serve(ns netns.NsHandle, ports []Port) (close func(), err error) {
 				return nil, fmt.Errorf("listening on %s: %w", port, err)
 			}
 			closers = append(closers, conn.Close)
-			go func() {
-				buf := make([]byte, 64)
-				for {
-					n, from, err := conn.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					_, _ = conn.WriteTo(buf[:n], from)
-				}
-			}()
+			go nettest.EchoDatagrams(conn)
 		}
 	}
 	return close, nil
