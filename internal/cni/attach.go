@@ -36,6 +36,14 @@ type Attachment struct {
 	Addresses []netip.Prefix
 	// MAC is the pod interface's address; nil lets the kernel choose.
 	MAC net.HardwareAddr
+	// Routes are the routes the interface carries besides its cidrs'.
+	Routes []Route
+}
+
+// Route leads to Dst through GW, an address of the interface's Network.
+type Route struct {
+	Dst netip.Prefix
+	GW  netip.Addr
 }
 
 // Attached is what an attachment made.
@@ -134,6 +142,11 @@ func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
 	if err := pod.LinkSetUp(link); err != nil {
 		return Attached{}, fmt.Errorf("setting %s up: %w", at.Interface, err)
 	}
+	for _, r := range at.Routes {
+		if err := pod.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: IPNet(r.Dst), Gw: r.GW.AsSlice()}); err != nil {
+			return Attached{}, fmt.Errorf("adding the route to %s via %s on %s: %w", r.Dst, r.GW, at.Interface, err)
+		}
+	}
 	return Attached{HostVeth: hostVeth, MAC: link.Attrs().HardwareAddr}, nil
 }
 
@@ -174,6 +187,20 @@ func (a *Attacher) Check(at Attachment) error {
 	for _, want := range at.Addresses {
 		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == IPNet(want).String() }) {
 			return fmt.Errorf("interface %s: no address %s", at.Interface, want)
+		}
+	}
+	if len(at.Routes) == 0 {
+		return nil
+	}
+	routes, err := pod.RouteList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return err
+	}
+	for _, want := range at.Routes {
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.String() == IPNet(want.Dst).String() && r.Gw.Equal(want.GW.AsSlice())
+		}) {
+			return fmt.Errorf("interface %s: no route to %s via %s", at.Interface, want.Dst, want.GW)
 		}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -151,5 +153,52 @@ func TestAddFailsCleanly(t *testing.T) {
 	}
 	if veths, _ := a.HostVeths(); len(veths) != 0 {
 		t.Errorf("a failed ADD left %v", veths)
+	}
+}
+
+// An attachment's routes go on its interface, one per family, through
+// their gateways; CHECK finds one that went missing.
+func TestAddRoutes(t *testing.T) {
+	nettest.RequireRoot(t)
+	_, node, nodeNS := namespace(t, "netop-cn-")
+	podPath, pod, _ := namespace(t, "netop-cp-")
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test"}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAttacher(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	at := Attachment{ContainerID: "r0ute", Netns: podPath, Interface: "net1", Bridge: "br-test",
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("fd00::2/64")},
+		Routes: []Route{{Dst: netip.MustParsePrefix("10.200.0.0/16"), GW: netip.MustParseAddr("10.0.0.1")},
+			{Dst: netip.MustParsePrefix("fd00:200::/48"), GW: netip.MustParseAddr("fd00::fe")}}}
+	if _, err := a.Add(at); err != nil {
+		t.Fatal(err)
+	}
+	link, err := pod.LinkByName("net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := pod.RouteList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range at.Routes {
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.String() == want.Dst.String() && r.Gw.String() == want.GW.String()
+		}) {
+			t.Errorf("no route to %s via %s on net1: %v", want.Dst, want.GW, routes)
+		}
+	}
+	if err := a.Check(at); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := pod.RouteDel(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: IPNet(at.Routes[0].Dst), Gw: at.Routes[0].GW.AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(at); err == nil || !strings.Contains(err.Error(), "no route to 10.200.0.0/16 via 10.0.0.1") {
+		t.Errorf("CHECK without the route: %v", err)
 	}
 }

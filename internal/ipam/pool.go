@@ -1,5 +1,6 @@
 // Package ipam hands out the addresses of one Network's cidr to pods: never
-// the network address, the gateway or (IPv4) the broadcast address, never
+// the network address, the gateway, (IPv4) the broadcast address or those
+// the Network reserves for other uses (spec.reserved), never
 // one address twice, each address recorded with its owner so that only the
 // owner frees it (a stale release cannot free a live address, the failure
 // of calico#5044). Released addresses are reused last, in the order they
@@ -13,10 +14,13 @@
 package ipam
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
+	"sort"
 )
 
 // ErrFull says the pool has no free address.
@@ -43,10 +47,38 @@ type Pool struct {
 	owners map[uint64]string
 	// reserved offsets, and what they are: network, gateway, broadcast.
 	reserved map[uint64]string
+	// excluded are the spans the Network reserves for other uses, sorted
+	// and apart; excludedCount is how many offsets they take that
+	// reserved does not, heldExcluded how many of them pods still hold
+	// (taken before they were reserved).
+	excluded      []span
+	excludedCount uint64
+	heldExcluded  int
+	// ranges are the reserved ranges as NewPool was given them.
+	ranges []Range
 }
 
-// NewPool makes the pool of prefix, which has the gateway gateway.
-func NewPool(prefix netip.Prefix, gateway netip.Addr) (*Pool, error) {
+// Range is the addresses First to Last, both included, of one family.
+type Range struct{ First, Last netip.Addr }
+
+func (r Range) String() string {
+	if r.First == r.Last {
+		return r.First.String()
+	}
+	return r.First.String() + "-" + r.Last.String()
+}
+
+// Contains reports whether addr is in r.
+func (r Range) Contains(addr netip.Addr) bool {
+	return r.First.Compare(addr) <= 0 && addr.Compare(r.Last) <= 0
+}
+
+// span is a Range as offsets in a pool, first to last included.
+type span struct{ first, last uint64 }
+
+// NewPool makes the pool of prefix, which has the gateway gateway and
+// keeps the reserved ranges (their parts inside prefix) from pods.
+func NewPool(prefix netip.Prefix, gateway netip.Addr, reserved ...Range) (*Pool, error) {
 	prefix = prefix.Masked()
 	if !prefix.IsValid() {
 		return nil, fmt.Errorf("cidr %v: not a prefix", prefix)
@@ -70,8 +102,74 @@ func NewPool(prefix netip.Prefix, gateway netip.Addr) (*Pool, error) {
 	if uint64(len(p.reserved)) >= size {
 		return nil, fmt.Errorf("cidr %s: no address left for pods after the network, gateway and broadcast addresses", prefix)
 	}
+	p.ranges = slices.Clone(reserved)
+	p.exclude(reserved)
 	return p, nil
 }
+
+// ReservedRanges are the ranges the pool was made to keep from pods, as
+// given.
+func (p *Pool) ReservedRanges() []Range { return p.ranges }
+
+// exclude makes the spans of ranges, clipped to the pool, sorted and
+// merged, and counts what they take.
+func (p *Pool) exclude(ranges []Range) {
+	first, last := p.prefix.Addr(), p.addr(p.size-1)
+	for _, r := range ranges {
+		if r.Last.Less(first) || last.Less(r.First) || r.Last.Less(r.First) {
+			continue
+		}
+		lo, _ := p.offset(laterAddr(r.First, first))
+		hi, ok := p.offset(earlierAddr(r.Last, last))
+		if !ok {
+			hi = p.size - 1
+		}
+		p.excluded = append(p.excluded, span{lo, hi})
+	}
+	slices.SortFunc(p.excluded, func(a, b span) int { return cmp.Compare(a.first, b.first) })
+	merged := p.excluded[:0]
+	for _, s := range p.excluded {
+		if n := len(merged); n > 0 && s.first <= merged[n-1].last+1 {
+			merged[n-1].last = max(merged[n-1].last, s.last)
+			continue
+		}
+		merged = append(merged, s)
+	}
+	p.excluded = merged
+	for _, s := range p.excluded {
+		p.excludedCount += s.last - s.first + 1
+	}
+	for off := range p.reserved {
+		if p.isExcluded(off) {
+			p.excludedCount--
+		}
+	}
+}
+
+func laterAddr(a, b netip.Addr) netip.Addr {
+	if a.Less(b) {
+		return b
+	}
+	return a
+}
+
+func earlierAddr(a, b netip.Addr) netip.Addr {
+	if a.Less(b) {
+		return a
+	}
+	return b
+}
+
+// excludedSpan is the index of the span holding off, or -1.
+func (p *Pool) excludedSpan(off uint64) int {
+	i := sort.Search(len(p.excluded), func(i int) bool { return p.excluded[i].last >= off })
+	if i < len(p.excluded) && p.excluded[i].first <= off {
+		return i
+	}
+	return -1
+}
+
+func (p *Pool) isExcluded(off uint64) bool { return p.excludedSpan(off) >= 0 }
 
 // Prefix is the pool's cidr.
 func (p *Pool) Prefix() netip.Prefix { return p.prefix }
@@ -123,6 +221,10 @@ func (p *Pool) addr(off uint64) netip.Addr {
 func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 	for p.next < p.size {
 		off := p.next
+		if i := p.excludedSpan(off); i >= 0 {
+			p.next = p.excluded[i].last + 1
+			continue
+		}
 		p.next++
 		if p.take(off, owner) {
 			return p.addr(off), nil
@@ -144,7 +246,7 @@ func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 }
 
 func (p *Pool) take(off uint64, owner string) bool {
-	if _, reserved := p.reserved[off]; reserved {
+	if _, reserved := p.reserved[off]; reserved || p.isExcluded(off) {
 		return false
 	}
 	if _, used := p.owners[off]; used {
@@ -171,7 +273,33 @@ func (p *Pool) AllocateStatic(addr netip.Addr, owner string) error {
 		}
 		return fmt.Errorf("address %s: in use by %s", addr, have)
 	}
+	if p.isExcluded(off) {
+		return fmt.Errorf("address %s: reserved by the Network (spec.reserved), which no pod may hold", addr)
+	}
 	p.owners[off] = owner
+	return nil
+}
+
+// Hold records that owner holds addr, as a pod's record says, even where
+// the Network has reserved it since: the address stays the pod's (never
+// handed to another) until it is released. Its network, gateway or
+// broadcast address, or another's, is refused.
+func (p *Pool) Hold(addr netip.Addr, owner string) error {
+	off, ok := p.offset(addr)
+	if !ok || !p.isExcluded(off) {
+		return p.AllocateStatic(addr, owner)
+	}
+	if what, reserved := p.reserved[off]; reserved {
+		return fmt.Errorf("address %s: %s of cidr %s, which no pod may hold", addr, what, p.prefix)
+	}
+	if have, used := p.owners[off]; used {
+		if have == owner {
+			return nil
+		}
+		return fmt.Errorf("address %s: in use by %s", addr, have)
+	}
+	p.owners[off] = owner
+	p.heldExcluded++
 	return nil
 }
 
@@ -182,7 +310,10 @@ func (p *Pool) Release(addr netip.Addr, owner string) bool {
 		return false
 	}
 	delete(p.owners, off)
-	if off < p.next {
+	switch {
+	case p.isExcluded(off):
+		p.heldExcluded--
+	case off < p.next:
 		p.freed = append(p.freed, off)
 	}
 	return true
@@ -197,6 +328,17 @@ func (p *Pool) Owner(addr netip.Addr) string {
 	return p.owners[off]
 }
 
+// HeldIn is the number of addresses in r that owners hold.
+func (p *Pool) HeldIn(r Range) int {
+	n := 0
+	for off := range p.owners {
+		if r.Contains(p.addr(off)) {
+			n++
+		}
+	}
+	return n
+}
+
 // Allocated is the number of addresses in use.
 func (p *Pool) Allocated() int { return len(p.owners) }
 
@@ -204,6 +346,14 @@ func (p *Pool) Allocated() int { return len(p.owners) }
 // an IPv6 pool's count does not fit an int.
 func (p *Pool) Available() *big.Int {
 	n := new(big.Int).SetUint64(p.size)
-	n.Sub(n, big.NewInt(int64(len(p.reserved)+len(p.owners))))
+	n.Sub(n, new(big.Int).SetUint64(p.excludedCount))
+	n.Sub(n, big.NewInt(int64(len(p.reserved)+len(p.owners)-p.heldExcluded)))
 	return n
 }
+
+// Reserved is the number of addresses the Network's reserved ranges keep
+// from pods, besides the network, gateway and broadcast addresses.
+func (p *Pool) Reserved() uint64 { return p.excludedCount }
+
+// HeldReserved is the number of reserved addresses that pods still hold.
+func (p *Pool) HeldReserved() int { return p.heldExcluded }

@@ -167,3 +167,91 @@ func BenchmarkAllocateRelease(b *testing.B) {
 }
 
 func bigPow2(n uint) *big.Int { return new(big.Int).Lsh(big.NewInt(1), n) }
+
+func rng(first, last string) Range {
+	return Range{First: netip.MustParseAddr(first), Last: netip.MustParseAddr(last)}
+}
+
+// Reserved ranges are never handed out, whether the pool grows into them
+// or a pod asks for one of their addresses, and are counted apart: a /28
+// with .2–.6 and .10 reserved (and .5 twice, overlapping) fills with the
+// other seven addresses.
+func TestReservedRanges(t *testing.T) {
+	p, err := NewPool(netip.MustParsePrefix("10.0.0.0/28"), netip.MustParseAddr("10.0.0.1"),
+		rng("10.0.0.2", "10.0.0.6"), rng("10.0.0.10", "10.0.0.10"), rng("10.0.0.5", "10.0.0.5"), rng("10.1.0.0", "10.1.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Reserved() != 6 || p.Available().Int64() != 16-3-6 {
+		t.Errorf("reserved %d, available %s; want 6 and 7", p.Reserved(), p.Available())
+	}
+	if err := p.AllocateStatic(netip.MustParseAddr("10.0.0.4"), "pinned"); err == nil || !strings.Contains(err.Error(), "reserved by the Network (spec.reserved)") {
+		t.Errorf("a pod pinning a reserved address: %v", err)
+	}
+	var got []string
+	for i := range 7 {
+		a, err := p.Allocate(fmt.Sprint("pod", i))
+		if err != nil {
+			t.Fatalf("allocation %d: %v", i, err)
+		}
+		got = append(got, a.String())
+	}
+	if want := "10.0.0.7 10.0.0.8 10.0.0.9 10.0.0.11 10.0.0.12 10.0.0.13 10.0.0.14"; strings.Join(got, " ") != want {
+		t.Errorf("allocated %v, want %s", got, want)
+	}
+	if _, err := p.Allocate("one-too-many"); !errors.Is(err, ErrFull) {
+		t.Errorf("a full pool gave %v", err)
+	}
+	// Freed, reused; never a reserved one.
+	p.Release(netip.MustParseAddr("10.0.0.8"), "pod1")
+	if a, err := p.Allocate("again"); err != nil || a != netip.MustParseAddr("10.0.0.8") {
+		t.Errorf("after a release: %v %v", a, err)
+	}
+}
+
+// An address a pod held before it was reserved stays that pod's (Hold)
+// and goes to nobody else; released, it is not handed out again.
+func TestHoldReservedAddress(t *testing.T) {
+	p, err := NewPool(netip.MustParsePrefix("10.0.0.0/29"), netip.MustParseAddr("10.0.0.1"), rng("10.0.0.2", "10.0.0.3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := netip.MustParseAddr("10.0.0.3")
+	if err := p.Hold(held, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Hold(held, "other"); err == nil {
+		t.Error("a second holder of a reserved address")
+	}
+	if err := p.Hold(netip.MustParseAddr("10.0.0.1"), "gw"); err == nil {
+		t.Error("holding the gateway")
+	}
+	if p.Allocated() != 1 || p.HeldReserved() != 1 || p.Available().Int64() != 3 {
+		t.Errorf("allocated %d, held reserved %d, available %s; want 1, 1, 3", p.Allocated(), p.HeldReserved(), p.Available())
+	}
+	if !p.Release(held, "old") || p.HeldReserved() != 0 || p.Available().Int64() != 3 {
+		t.Errorf("released: held reserved %d, available %s", p.HeldReserved(), p.Available())
+	}
+	for i := range 3 {
+		if a, err := p.Allocate(fmt.Sprint("pod", i)); err != nil || a == held {
+			t.Fatalf("allocation %d: %v %v", i, a, err)
+		}
+	}
+}
+
+// IPv6: a reserved range in a /64 costs a span, not its size; the pool
+// is the /64's first 2^62 addresses, and ranges beyond them count for
+// nothing.
+func TestReservedRangeIPv6(t *testing.T) {
+	p, err := NewPool(netip.MustParsePrefix("fd00::/64"), netip.MustParseAddr("fd00::1"), rng("fd00::2", "fd00::ffff:ffff"), rng("fd00::4000:0:0:0", "fd00::ffff:ffff:ffff:ffff"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Allocate("pod")
+	if err != nil || a != netip.MustParseAddr("fd00::1:0:0") {
+		t.Errorf("first allocation %v %v, want fd00::1:0:0", a, err)
+	}
+	if p.Reserved() != 0xffff_fffe {
+		t.Errorf("reserved %d", p.Reserved())
+	}
+}

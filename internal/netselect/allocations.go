@@ -30,6 +30,15 @@ type Allocation struct {
 	// IPs have the Network's prefix length.
 	IPs []string `json:"ips"`
 	MAC string   `json:"mac"`
+	// Routes are the Network's spec.routes when the addresses were
+	// allocated, for the interface to carry.
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// Route is a route an interface carries: to Dst (a prefix) through GW.
+type Route struct {
+	Dst string `json:"dst"`
+	GW  string `json:"gw"`
 }
 
 // Finished reports whether the pod's containers are done and will not run

@@ -5,12 +5,15 @@
 package netspec
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/netop-dev/netop/internal/ipam"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -29,6 +32,17 @@ type Resolved struct {
 	Gateway netip.Addr
 	// Canonical reports whether spec.cidr was already written canonically.
 	Canonical bool
+	// Reserved are the ranges of spec.reserved inside Prefix (v2 only).
+	Reserved []ipam.Range
+	// Routes are the routes of spec.routes of Prefix's family, their via
+	// defaulted to Gateway (v2 only).
+	Routes []Route
+}
+
+// Route is a route handed to pods: to Destination through Via.
+type Route struct {
+	Destination netip.Prefix
+	Via         netip.Addr
 }
 
 // Resolver resolves specs under a policy. Its zero value is the default
@@ -83,7 +97,113 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 	if len(families) == 2 && families[0].Prefix.Addr().Is4() == families[1].Prefix.Addr().Is4() {
 		return nil, field.ErrorList{field.Invalid(cidrsPath, spec.CIDRs, "must be of different families: one IPv4 and one IPv6")}
 	}
+	errs := families.reserve(spec.Reserved, field.NewPath("spec", "reserved"))
+	errs = append(errs, families.route(spec.Routes, field.NewPath("spec", "routes"))...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
 	return families, nil
+}
+
+// route gives each family the routes of spec.routes of its IP version.
+func (f Families) route(routes []samplecrdv2.NetworkRoute, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[netip.Prefix]bool{}
+	for i, r := range routes {
+		dstPath, viaPath := path.Index(i).Child("destination"), path.Index(i).Child("via")
+		dst, err := netip.ParsePrefix(r.Destination)
+		if err != nil || dst.Addr().Is4In6() || dst.Addr().Zone() != "" {
+			errs = append(errs, field.Invalid(dstPath, r.Destination, "must be an IP prefix in CIDR notation, such as 10.200.0.0/16"))
+			continue
+		}
+		dst = dst.Masked()
+		j := slices.IndexFunc(f, func(family Resolved) bool { return family.Prefix.Addr().Is4() == dst.Addr().Is4() })
+		switch {
+		case j < 0:
+			errs = append(errs, field.Invalid(dstPath, r.Destination, "has no cidr of its IP family in spec.cidrs to be reached through"))
+			continue
+		case dst.Overlaps(f[j].Prefix):
+			errs = append(errs, field.Invalid(dstPath, r.Destination, fmt.Sprintf("must not overlap the Network's cidr %s, whose addresses are on the link already", f[j].Prefix)))
+			continue
+		case seen[dst]:
+			errs = append(errs, field.Duplicate(dstPath, r.Destination))
+			continue
+		}
+		seen[dst] = true
+		via := f[j].Gateway
+		if r.Via != "" {
+			via, err = netip.ParseAddr(r.Via)
+			switch {
+			case err != nil || via.Zone() != "":
+				errs = append(errs, field.Invalid(viaPath, r.Via, "must be an IP address, such as 10.0.0.254"))
+				continue
+			case !f[j].Prefix.Contains(via):
+				errs = append(errs, field.Invalid(viaPath, r.Via, fmt.Sprintf("must be an address of the Network, inside its cidr %s", f[j].Prefix)))
+				continue
+			}
+			if msg := checkGateway(f[j].Prefix, via); msg != "" {
+				errs = append(errs, field.Invalid(viaPath, r.Via, msg))
+				continue
+			}
+		}
+		f[j].Routes = append(f[j].Routes, Route{Destination: dst, Via: via})
+	}
+	return errs
+}
+
+// reserve gives each family the entries of spec.reserved inside it.
+func (f Families) reserve(entries []string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, entry := range entries {
+		r, err := ParseRange(entry)
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Index(i), entry, err.Error()))
+			continue
+		}
+		j := slices.IndexFunc(f, func(family Resolved) bool { return family.Prefix.Contains(r.First) && family.Prefix.Contains(r.Last) })
+		if j < 0 {
+			msg := "is outside every cidr (" + strings.Join(f.CIDRs(), ", ") + ")"
+			if slices.ContainsFunc(f, func(family Resolved) bool { return family.Prefix.Contains(r.First) || family.Prefix.Contains(r.Last) }) {
+				msg = "must lie inside one cidr (" + strings.Join(f.CIDRs(), ", ") + "), not cross its end"
+			}
+			errs = append(errs, field.Invalid(path.Index(i), entry, msg))
+			continue
+		}
+		f[j].Reserved = append(f[j].Reserved, r)
+	}
+	return errs
+}
+
+// ParseRange reads an entry of spec.reserved: an address (10.0.0.5), a
+// prefix (10.0.0.16/28; host bits set mean the prefix that holds them, as
+// in spec.cidrs) or a range first-last (10.0.0.2-10.0.0.20) of one family.
+func ParseRange(entry string) (ipam.Range, error) {
+	if first, last, ok := strings.Cut(entry, "-"); ok {
+		a, errA := netip.ParseAddr(first)
+		b, errB := netip.ParseAddr(last)
+		switch {
+		case errA != nil || errB != nil || a.Zone() != "" || b.Zone() != "":
+			return ipam.Range{}, errors.New("must be a range of two addresses, first-last, such as 10.0.0.2-10.0.0.20")
+		case a.Is4() != b.Is4() || a.Is4In6() || b.Is4In6():
+			return ipam.Range{}, errors.New("must be a range of one IP family")
+		case b.Less(a):
+			return ipam.Range{}, errors.New("must be a range whose first address is not after its last")
+		}
+		return ipam.Range{First: a, Last: b}, nil
+	}
+	if strings.Contains(entry, "/") {
+		p, err := netip.ParsePrefix(entry)
+		if err != nil || p.Addr().Is4In6() {
+			return ipam.Range{}, errors.New("must be an IP prefix in CIDR notation, such as 10.0.0.16/28")
+		}
+		p = p.Masked()
+		return ipam.Range{First: p.Addr(), Last: LastAddr(p)}, nil
+	}
+	a, err := netip.ParseAddr(entry)
+	if err != nil || a.Zone() != "" || a.Is4In6() {
+		return ipam.Range{}, errors.New("must be an address, a prefix in CIDR notation, or a range first-last such as 10.0.0.2-10.0.0.20")
+	}
+	return ipam.Range{First: a, Last: a}, nil
 }
 
 // ParsePrefixes parses cidrs as written, masked, leaving out those that do

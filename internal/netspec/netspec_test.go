@@ -1,11 +1,14 @@
 package netspec
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
 
 func TestResolve(t *testing.T) {
@@ -98,5 +101,88 @@ func TestLastAddr(t *testing.T) {
 	}
 	if got := LastAddr(netip.Prefix{}); got.IsValid() {
 		t.Errorf("LastAddr of the zero Prefix = %s, want the zero Addr", got)
+	}
+}
+
+// spec.reserved: addresses, prefixes and ranges, each given to the
+// family it lies in; what is not one, or lies outside every cidr or
+// across one's end, is refused naming the entry.
+func TestReserved(t *testing.T) {
+	spec := func(reserved ...string) samplecrdv2.NetworkSpec {
+		return samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, Reserved: reserved}
+	}
+	families, errs := Resolver{}.ResolveFamilies(spec("10.0.0.5", "10.0.0.16/28", "10.0.0.2-10.0.0.20", "fd00::10-fd00::1f", "10.0.0.33/28"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var got []string
+	for _, f := range families {
+		for _, r := range f.Reserved {
+			got = append(got, f.Prefix.String()+": "+r.String())
+		}
+	}
+	want := "10.0.0.0/24: 10.0.0.5, 10.0.0.0/24: 10.0.0.16-10.0.0.31, 10.0.0.0/24: 10.0.0.2-10.0.0.20, 10.0.0.0/24: 10.0.0.32-10.0.0.47, fd00::/64: fd00::10-fd00::1f"
+	slices.Sort(got)
+	wantList := strings.Split(want, ", ")
+	slices.Sort(wantList)
+	if !slices.Equal(got, wantList) {
+		t.Errorf("reserved %q, want %q", got, wantList)
+	}
+	for entry, msg := range map[string]string{
+		"10.9.0.5":             `spec.reserved[0]: Invalid value: "10.9.0.5": is outside every cidr (10.0.0.0/24, fd00::/64)`,
+		"10.0.0.250-10.0.1.5":  "must lie inside one cidr (10.0.0.0/24, fd00::/64), not cross its end",
+		"10.0.0.0/16":          "not cross its end",
+		"10.0.0.9-10.0.0.3":    "first address is not after its last",
+		"10.0.0.2-fd00::1":     "one IP family",
+		"10.0.0.2-":            "a range of two addresses",
+		"ten":                  "must be an address, a prefix in CIDR notation, or a range",
+		"10.0.0.0/40":          "must be an IP prefix in CIDR notation",
+		"::ffff:10.0.0.5":      "must be an address",
+		"fe80::1%eth0":         "must be an address",
+		"fd00::1:0:0:0-fd01::": "not cross its end",
+	} {
+		_, errs := Resolver{}.ResolveFamilies(spec(entry))
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), msg) {
+			t.Errorf("reserved %q: %v, want an error containing %q", entry, errs, msg)
+		}
+	}
+}
+
+// spec.routes: each given to the family of its destination, via defaulted
+// to that family's gateway; a destination of no family of the Network,
+// overlapping it, or twice, and a via outside it, are refused naming the
+// field.
+func TestRoutes(t *testing.T) {
+	spec := func(routes ...samplecrdv2.NetworkRoute) samplecrdv2.NetworkSpec {
+		return samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, Gateways: []string{"10.0.0.1"}, Routes: routes}
+	}
+	route := func(dst, via string) samplecrdv2.NetworkRoute {
+		return samplecrdv2.NetworkRoute{Destination: dst, Via: via}
+	}
+	families, errs := Resolver{}.ResolveFamilies(spec(route("10.200.0.0/16", ""), route("192.168.7.1/24", "10.0.0.254")))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if got := fmt.Sprint(families[0].Routes); got != "[{10.200.0.0/16 10.0.0.1} {192.168.7.0/24 10.0.0.254}]" {
+		t.Errorf("routes %s", got)
+	}
+	for _, tc := range []struct {
+		routes []samplecrdv2.NetworkRoute
+		want   string
+	}{
+		{[]samplecrdv2.NetworkRoute{route("fd00::/64", "")}, `spec.routes[0].destination: Invalid value: "fd00::/64": has no cidr of its IP family in spec.cidrs`},
+		{[]samplecrdv2.NetworkRoute{route("10.0.0.0/16", "")}, `spec.routes[0].destination: Invalid value: "10.0.0.0/16": must not overlap the Network's cidr 10.0.0.0/24`},
+		{[]samplecrdv2.NetworkRoute{route("0.0.0.0/0", "")}, "must not overlap the Network's cidr"},
+		{[]samplecrdv2.NetworkRoute{route("10.0.0.128/25", "")}, "must not overlap"},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", ""), route("10.200.1.0/16", "")}, `spec.routes[1].destination: Duplicate value: "10.200.1.0/16"`},
+		{[]samplecrdv2.NetworkRoute{route("nope", "")}, "spec.routes[0].destination: Invalid value: \"nope\": must be an IP prefix"},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "10.9.0.1")}, `spec.routes[0].via: Invalid value: "10.9.0.1": must be an address of the Network, inside its cidr 10.0.0.0/24`},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "10.0.0.255")}, "spec.routes[0].via: Invalid value: \"10.0.0.255\": must not be the broadcast address"},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "x")}, "spec.routes[0].via: Invalid value: \"x\": must be an IP address"},
+	} {
+		_, errs := Resolver{}.ResolveFamilies(spec(tc.routes...))
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want) {
+			t.Errorf("routes %v: %v, want an error containing %q", tc.routes, errs, tc.want)
+		}
 	}
 }

@@ -270,6 +270,9 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 		for _, p := range at.Addresses {
 			result.IPs = append(result.IPs, &current.IPConfig{Interface: current.Int(podIface), Address: *cni.IPNet(p)})
 		}
+		for _, r := range at.Routes {
+			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
+		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
 }
@@ -341,6 +344,14 @@ func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, 
 			return at, fmt.Errorf("allocation on Network %s: mac %q: %w", a.Network, a.MAC, err)
 		}
 		at.MAC = mac
+	}
+	for _, r := range a.Routes {
+		dst, errDst := netip.ParsePrefix(r.Dst)
+		gw, errGW := netip.ParseAddr(r.GW)
+		if errDst != nil || errGW != nil {
+			return at, fmt.Errorf("allocation on Network %s: route %+v: %w", a.Network, r, errors.Join(errDst, errGW))
+		}
+		at.Routes = append(at.Routes, cni.Route{Dst: dst, GW: gw})
 	}
 	return at, nil
 }

@@ -8,7 +8,6 @@ package network
 import (
 	"context"
 	"fmt"
-	"math/big"
 	"net/netip"
 	"slices"
 	"time"
@@ -73,8 +72,9 @@ type Options struct {
 // AddressUsage is how pods use Networks' addresses: the allocation
 // controller, the one that hands them out.
 type AddressUsage interface {
-	// Usage counts the addresses pods hold and those left.
-	Usage(n *samplecrdv2.Network) (allocated int64, available *big.Int, err error)
+	// Usage counts the addresses pods hold, those left, and those the
+	// Network reserves, as status shows them.
+	Usage(n *samplecrdv2.Network) (*samplecrdv2.NetworkAddresses, error)
 	// Retire stops allocations in a Network being deleted and counts the
 	// pods that still hold addresses in it, naming up to limit of them.
 	Retire(n *samplecrdv2.Network, limit int) (netselect.Holders, error)

@@ -146,12 +146,12 @@ func (c *Controller) setAddresses(ctx context.Context, n *samplecrdv2.Network, a
 	if c.addresses == nil {
 		return false
 	}
-	allocated, available, err := c.addresses.Usage(n)
+	usage, err := c.addresses.Usage(n)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("No address usage", "err", err)
 		return false
 	}
-	n.Status.Addresses = &samplecrdv2.NetworkAddresses{Allocated: allocated, Available: available.String()}
+	n.Status.Addresses = usage
 	c.setPodsAdmitted(ctx, n, announce)
 	return true
 }

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"net"
 	"net/netip"
 	"slices"
@@ -417,6 +416,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			a.IPs = append(a.IPs, addr.String())
 		}
 		a.MAC = macFor(addrs[0].Addr(), s.MAC)
+		a.Routes = c.routes(network)
 		out = append(out, a)
 	}
 	c.held[name] = held{uid: pod.UID, allocations: out}
@@ -510,17 +510,22 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, err
 	return ps, nil
 }
 
-// Usage counts the Network's pod interfaces that hold addresses, and how
-// many more can get theirs.
-func (c *Controller) Usage(network *samplecrdv2.Network) (allocated int64, available *big.Int, err error) {
+// Usage counts the Network's pod interfaces that hold addresses, how many
+// more can get theirs, and the addresses it keeps from pods, as status
+// shows them.
+func (c *Controller) Usage(network *samplecrdv2.Network) (*samplecrdv2.NetworkAddresses, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ps, err := c.poolsLocked(network)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	allocated, available = ps.usage()
-	return allocated, available, nil
+	allocated, available := ps.usage()
+	usage := &samplecrdv2.NetworkAddresses{Allocated: allocated, Available: available.String()}
+	if reserved := ps.reserved(); reserved.Sign() > 0 {
+		usage.Reserved = reserved.String()
+	}
+	return usage, nil
 }
 
 // Retire stops allocating in a Network that is being deleted, and counts
@@ -574,6 +579,52 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 	// in the index yet, but hold their addresses already.
 	if allocated, _ := ps.usage(); count == 0 && allocated > 0 {
 		count = 1
+	}
+	return netselect.Holders{Count: count, Pods: pods[:min(limit, len(pods))]}, nil
+}
+
+// routes are the routes network hands its pods, as an allocation records
+// them. Its spec resolved when its pools were made.
+func (c *Controller) routes(network *samplecrdv2.Network) []netselect.Route {
+	if len(network.Spec.Routes) == 0 {
+		return nil
+	}
+	families, _ := c.resolver.ResolveFamilies(network.Spec)
+	var out []netselect.Route
+	for _, f := range families {
+		for _, r := range f.Routes {
+			out = append(out, netselect.Route{Dst: r.Destination.String(), GW: r.Via.String()})
+		}
+	}
+	return out
+}
+
+// HeldIn counts the pods that hold addresses of network in r, naming up
+// to limit of them: admission refuses to reserve addresses pods hold.
+func (c *Controller) HeldIn(network *samplecrdv2.Network, r ipam.Range, limit int) (netselect.Holders, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
+	if err != nil {
+		return netselect.Holders{}, err
+	}
+	var pods []string
+	for _, obj := range objs {
+		pod := obj.(*corev1.Pod)
+		if slices.ContainsFunc(podAddresses(pod, network.UID), func(p netip.Prefix) bool { return r.Contains(p.Addr()) }) {
+			pods = append(pods, cache.MetaObjectToName(pod).String())
+		}
+	}
+	slices.Sort(pods)
+	count := int64(len(pods))
+	// On the leader, addresses whose pods' allocations are still being
+	// written are in the pools before they are in the cache.
+	if ps, ok := c.pools[network.UID]; ok && count == 0 {
+		for _, p := range ps {
+			if p.HeldIn(r) > 0 {
+				count = 1
+			}
+		}
 	}
 	return netselect.Holders{Count: count, Pods: pods[:min(limit, len(pods))]}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/netop-dev/netop/internal/ipam"
@@ -19,7 +20,7 @@ type familyPools []*ipam.Pool
 func newFamilyPools(families netspec.Families) (familyPools, error) {
 	pools := make(familyPools, 0, len(families))
 	for _, f := range families {
-		p, err := ipam.NewPool(f.Prefix, f.Gateway)
+		p, err := ipam.NewPool(f.Prefix, f.Gateway, f.Reserved...)
 		if err != nil {
 			return nil, err
 		}
@@ -28,14 +29,14 @@ func newFamilyPools(families netspec.Families) (familyPools, error) {
 	return pools, nil
 }
 
-// match says whether the pools are those of families: same cidrs and
-// gateways, in order.
+// match says whether the pools are those of families: same cidrs,
+// gateways and reserved ranges, in order.
 func (ps familyPools) match(families netspec.Families) bool {
 	if len(ps) != len(families) {
 		return false
 	}
 	for i, p := range ps {
-		if p.Prefix() != families[i].Prefix || p.Gateway() != families[i].Gateway {
+		if p.Prefix() != families[i].Prefix || p.Gateway() != families[i].Gateway || !slices.Equal(p.ReservedRanges(), families[i].Reserved) {
 			return false
 		}
 	}
@@ -135,11 +136,12 @@ func hasAddressIn(addrs []netip.Prefix, prefix netip.Prefix) bool {
 	return false
 }
 
-// take records that owner holds addr, as a pod's annotation says; a second
-// holder of one address is not given it.
+// take records that owner holds addr, as a pod's annotation says, even
+// if the Network has reserved it since; a second holder of one address is
+// not given it.
 func (ps familyPools) take(owner string, addr netip.Addr) {
 	if p := ps.of(addr); p != nil {
-		_ = p.AllocateStatic(addr, owner)
+		_ = p.Hold(addr, owner)
 	}
 }
 
@@ -167,4 +169,14 @@ func (ps familyPools) usage() (allocated int64, available *big.Int) {
 		available = new(big.Int)
 	}
 	return allocated, available
+}
+
+// reserved is how many addresses the Network keeps from pods, in every
+// family.
+func (ps familyPools) reserved() *big.Int {
+	n := new(big.Int)
+	for _, p := range ps {
+		n.Add(n, new(big.Int).SetUint64(p.Reserved()))
+	}
+	return n
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/ipam"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
@@ -50,6 +51,8 @@ type Admission struct {
 // limit of them.
 type AddressHolders interface {
 	Held(n *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error)
+	// HeldIn counts those that hold addresses in r.
+	HeldIn(n *samplecrdv2.Network, r ipam.Range, limit int) (netselect.Holders, error)
 }
 
 // fields name a Network's fields as its client wrote them: v1's spec.cidr
@@ -127,6 +130,9 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	if len(errs) == 0 {
 		errs = a.addressesHeld(old, f, families)
+	}
+	if len(errs) == 0 {
+		errs = a.reservedHeld(old, n)
 	}
 	if len(errs) > 0 {
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
@@ -225,6 +231,33 @@ func (a *Admission) addressesHeld(old *samplecrdv2.Network, f fields, families n
 			}
 		}
 		return field.ErrorList{field.Forbidden(path, fmt.Sprintf("%s: it can change once they are gone (was %q)", holders, value))}
+	}
+	return nil
+}
+
+// reservedHeld refuses to reserve addresses that pods hold, naming them:
+// they would keep addresses the Network says are for others. Entries the
+// Network reserved already are not asked about again.
+func (a *Admission) reservedHeld(old, n *samplecrdv2.Network) field.ErrorList {
+	if a.Addresses == nil || old == nil {
+		return nil
+	}
+	path := field.NewPath("spec", "reserved")
+	for i, entry := range n.Spec.Reserved {
+		if slices.Contains(old.Spec.Reserved, entry) {
+			continue
+		}
+		r, err := netspec.ParseRange(entry)
+		if err != nil {
+			continue // refused by resolve already
+		}
+		holders, err := a.Addresses.HeldIn(old, r, 3)
+		if err != nil {
+			return field.ErrorList{field.InternalError(path.Index(i), err)}
+		}
+		if holders.Count > 0 {
+			return field.ErrorList{field.Forbidden(path.Index(i), fmt.Sprintf("%s in %s: it can be reserved once they are gone", holders, r))}
+		}
 	}
 	return nil
 }

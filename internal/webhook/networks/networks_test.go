@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/netop-dev/netop/internal/ipam"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
@@ -317,6 +318,15 @@ func (h holding) Held(_ *samplecrdv2.Network, family netip.Prefix, _ int) (netse
 	return netselect.Holders{}, nil
 }
 
+func (h holding) HeldIn(_ *samplecrdv2.Network, r ipam.Range, _ int) (netselect.Holders, error) {
+	for _, held := range h {
+		if a, err := netip.ParseAddr(held); err == nil && r.Contains(a) {
+			return netselect.Holders{Count: 1, Pods: []string{"ns/p"}}, nil
+		}
+	}
+	return netselect.Holders{}, nil
+}
+
 // While pods hold addresses of a family, it cannot move or go; a family
 // they hold none of may come, change or go.
 func TestAddressesHeldPerFamily(t *testing.T) {
@@ -390,5 +400,50 @@ func TestValidateV2NamesItsFields(t *testing.T) {
 	if got, want := string(a.Default(context.Background(), requestV2(admissionv1.Create, v2([]string{"10.9.0.0/24", "fd09::/64"}, nil))).Patch),
 		`[{"op":"add","path":"/spec/gateways","value":["10.9.0.1","fd09::1"]},{"op":"add","path":"/metadata/finalizers","value":["samplecrd.k8s.io/network-cleanup"]}]`; got != want {
 		t.Errorf("Default: patch %s, want %s", got, want)
+	}
+}
+
+// spec.reserved: an entry outside every cidr is refused naming it; a new
+// entry covering an address a pod holds is refused naming the pod, until
+// it is gone; an entry reserved already is not asked about again, and
+// one nobody holds is taken. A v1 client's entries (in the annotation)
+// are checked alike.
+func TestValidateReserved(t *testing.T) {
+	a := admissionWith(t)
+	v2 := func(reserved ...string) *samplecrdv2.Network {
+		return &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "u"},
+			Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.7.0.0/24"}, Gateways: []string{"10.7.0.1"}, Reserved: reserved}}
+	}
+	if resp := a.Validate(context.Background(), requestV2(admissionv1.Create, v2("10.7.0.2-10.7.0.20", "10.9.0.5"))); resp.Allowed ||
+		!strings.Contains(resp.Result.Message, `spec.reserved[1]: Invalid value: "10.9.0.5": is outside every cidr (10.7.0.0/24)`) {
+		t.Errorf("an entry outside the cidr: %v", resp.Result)
+	}
+	a.Addresses = holding{"10.7.0.5"}
+	for _, tc := range []struct {
+		name     string
+		old, new *samplecrdv2.Network
+		want     string
+	}{
+		{"a held address reserved", v2(), v2("10.7.0.100", "10.7.0.2-10.7.0.20"), `spec.reserved[1]: Forbidden: 1 pods hold addresses of the Network (ns/p) in 10.7.0.2-10.7.0.20: it can be reserved once they are gone`},
+		{"a free range reserved", v2(), v2("10.7.0.6-10.7.0.20"), ""},
+		{"an entry reserved already", v2("10.7.0.0/28"), v2("10.7.0.0/28", "10.7.0.100"), ""},
+	} {
+		req := requestV2(admissionv1.Update, tc.new)
+		req.OldObject = requestV2(admissionv1.Update, tc.old).Object
+		resp := a.Validate(context.Background(), req)
+		switch {
+		case tc.want == "" && !resp.Allowed:
+			t.Errorf("%s: refused: %v", tc.name, resp.Result)
+		case tc.want != "" && (resp.Allowed || !strings.Contains(resp.Result.Message, tc.want)):
+			t.Errorf("%s: allowed=%v %v, want refused with %q", tc.name, resp.Allowed, resp.Result, tc.want)
+		}
+	}
+	old := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.7.0.0/24", Gateway: "10.7.0.1"}}
+	withShape := old.DeepCopy()
+	withShape.Annotations = map[string]string{samplecrdv1.SpecShapeAnnotation: `{"reserved":["10.7.0.5"]}`}
+	req := request(admissionv1.Update, withShape)
+	req.OldObject = request(admissionv1.Update, old).Object
+	if resp := a.Validate(context.Background(), req); resp.Allowed || !strings.Contains(resp.Result.Message, "spec.reserved[0]: Forbidden") {
+		t.Errorf("a v1 client reserving a held address: %v", resp.Result)
 	}
 }

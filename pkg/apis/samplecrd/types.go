@@ -17,12 +17,22 @@ type Network struct {
 
 // NetworkSpec is the desired network: a cidr per address family, the
 // first the primary one (the only one v1 has), and their gateways, in
-// the order of the cidrs (empty: defaulted), and the namespaces besides
-// its own whose pods may join it (nil: none).
+// the order of the cidrs (empty: defaulted), the namespaces besides
+// its own whose pods may join it (nil: none), and how it is shaped:
+// addresses kept from pods, routes handed to them.
 type NetworkSpec struct {
 	CIDRs             []string
 	Gateways          []string
 	NamespaceSelector *metav1.LabelSelector
+	Reserved          []string
+	Routes            []NetworkRoute
+}
+
+// NetworkRoute is a route handed to the pods of a Network: to
+// Destination through Via (empty: the gateway).
+type NetworkRoute struct {
+	Destination string
+	Via         string
 }
 
 // BackendType names the kind of backend that provides a network.
@@ -45,6 +55,7 @@ type NetworkStatus struct {
 type NetworkAddresses struct {
 	Allocated int64
 	Available string
+	Reserved  string
 }
 
 // NetworkNodes counts the nodes where a Network is ready.

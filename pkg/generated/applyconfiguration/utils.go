@@ -94,6 +94,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &samplecrdv2.NetworkBackendStatusApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkNodes"):
 		return &samplecrdv2.NetworkNodesApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkRoute"):
+		return &samplecrdv2.NetworkRouteApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkSpec"):
 		return &samplecrdv2.NetworkSpecApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkStatus"):

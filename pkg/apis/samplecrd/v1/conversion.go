@@ -28,7 +28,39 @@ const (
 	StatusFamiliesAnnotation = GroupName + "/status-families"
 	// NamespaceSelectorAnnotation holds spec.namespaceSelector, as JSON.
 	NamespaceSelectorAnnotation = GroupName + "/namespace-selector"
+	// SpecShapeAnnotation holds the fields of v2's spec that shape a
+	// Network and that v1 has none of (spec.reserved, spec.routes), as
+	// JSON.
+	SpecShapeAnnotation = GroupName + "/spec-shape"
 )
+
+// shape is what SpecShapeAnnotation holds.
+type shape struct {
+	Reserved []string     `json:"reserved,omitempty"`
+	Routes   []shapeRoute `json:"routes,omitempty"`
+}
+
+type shapeRoute struct {
+	Destination string `json:"destination"`
+	Via         string `json:"via,omitempty"`
+}
+
+func shapeOf(spec *samplecrd.NetworkSpec) shape {
+	s := shape{Reserved: spec.Reserved}
+	for _, r := range spec.Routes {
+		s.Routes = append(s.Routes, shapeRoute(r))
+	}
+	return s
+}
+
+func (s shape) empty() bool { return len(s.Reserved) == 0 && len(s.Routes) == 0 }
+
+func (s shape) restore(spec *samplecrd.NetworkSpec) {
+	spec.Reserved = s.Reserved
+	for _, r := range s.Routes {
+		spec.Routes = append(spec.Routes, samplecrd.NetworkRoute(r))
+	}
+}
 
 // families are the hub's per-family lists, as an annotation holds them.
 type families struct {
@@ -130,6 +162,7 @@ func Convert_v1_Network_To_samplecrd_Network(in *Network, out *samplecrd.Network
 		return err
 	}
 	out.Spec.NamespaceSelector = takeSelector(&out.ObjectMeta)
+	takeShape(&out.ObjectMeta).restore(&out.Spec)
 	spec, hasSpec := takeAnnotation(&out.ObjectMeta, SpecFamiliesAnnotation)
 	status, hasStatus := takeAnnotation(&out.ObjectMeta, StatusFamiliesAnnotation)
 	if hasSpec {
@@ -157,6 +190,11 @@ func Convert_samplecrd_Network_To_v1_Network(in *samplecrd.Network, out *Network
 	delete(out.Annotations, SpecFamiliesAnnotation)
 	delete(out.Annotations, StatusFamiliesAnnotation)
 	delete(out.Annotations, NamespaceSelectorAnnotation)
+	delete(out.Annotations, SpecShapeAnnotation)
+	if s := shapeOf(&in.Spec); !s.empty() {
+		value, _ := json.Marshal(s) // strings only: cannot fail
+		setValue(&out.ObjectMeta, SpecShapeAnnotation, string(value))
+	}
 	if in.Spec.NamespaceSelector != nil {
 		value, _ := json.Marshal(in.Spec.NamespaceSelector) // strings only: cannot fail
 		setValue(&out.ObjectMeta, NamespaceSelectorAnnotation, string(value))
@@ -190,6 +228,20 @@ func takeAnnotation(m *metav1.ObjectMeta, key string) (families, bool) {
 		return families{}, false
 	}
 	return f, true
+}
+
+// takeShape removes the shape's annotation from m and returns the shape
+// it held. One that does not parse is dropped, as the families' are.
+func takeShape(m *metav1.ObjectMeta) shape {
+	value, ok := takeValue(m, SpecShapeAnnotation)
+	if !ok {
+		return shape{}
+	}
+	var s shape
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return shape{}
+	}
+	return s
 }
 
 // takeSelector removes the namespace selector's annotation from m and

@@ -144,6 +144,11 @@ type NetworkAddresses struct {
 	// in decimal: an IPv6 network has more than an integer field holds.
 	// +required
 	Available string `json:"available"`
+
+	// reserved is the number of addresses the Network keeps from pods
+	// (v2's spec.reserved), in decimal.
+	// +optional
+	Reserved string `json:"reserved,omitempty"`
 }
 
 // NetworkNodes counts the nodes where a Network is ready.

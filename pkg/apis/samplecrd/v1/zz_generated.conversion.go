@@ -240,6 +240,8 @@ func autoConvert_samplecrd_NetworkSpec_To_v1_NetworkSpec(in *samplecrd.NetworkSp
 	// WARNING: in.CIDRs requires manual conversion: does not exist in peer-type
 	// WARNING: in.Gateways requires manual conversion: does not exist in peer-type
 	// WARNING: in.NamespaceSelector requires manual conversion: does not exist in peer-type
+	// WARNING: in.Reserved requires manual conversion: does not exist in peer-type
+	// WARNING: in.Routes requires manual conversion: does not exist in peer-type
 	return nil
 }
 

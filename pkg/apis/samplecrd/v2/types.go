@@ -83,6 +83,43 @@ type NetworkSpec struct {
 	// admits no new pod from the namespaces it no longer selects.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// reserved are addresses of the Network that netop never gives a pod
+	// and that no pod may ask for, kept for what runs outside Kubernetes
+	// (appliances, VMs, routers): addresses (10.0.0.5), prefixes
+	// (10.0.0.16/28) and ranges (10.0.0.2-10.0.0.20), each inside one of
+	// cidrs. An entry that covers an address a pod holds is refused
+	// while the pod holds it. status.addresses counts them apart.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=91
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self) || isCIDR(self) || self.matches('^[0-9A-Fa-f.:]+-[0-9A-Fa-f.:]+$')",message="must be an address, a prefix in CIDR notation, or a range first-last such as 10.0.0.2-10.0.0.20"
+	Reserved []string `json:"reserved,omitempty"`
+	// routes are handed to every pod that joins the Network: its
+	// interface on the Network gets a route to each destination through
+	// via, an address of the Network (default: the gateway of the
+	// destination's family). A destination may not overlap the Network's
+	// own cidrs, and its family must be one of theirs. Pods attached
+	// before a change keep the routes they got.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Routes []NetworkRoute `json:"routes,omitempty"`
+}
+
+// NetworkRoute is a route handed to the pods of a Network.
+type NetworkRoute struct {
+	// destination is the prefix the route leads to, in CIDR notation.
+	// +required
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be an IP prefix in CIDR notation, such as 10.200.0.0/16"
+	Destination string `json:"destination"`
+	// via is the next hop, an address of the Network; empty: the
+	// Network's gateway of the destination's family.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address, such as 10.0.0.254"
+	Via string `json:"via,omitempty"`
 }
 
 // BackendType names the kind of backend that provides a network.
@@ -151,6 +188,10 @@ type NetworkAddresses struct {
 	// in decimal.
 	// +required
 	Available string `json:"available"`
+	// reserved is the number of addresses spec.reserved keeps from pods
+	// (besides the network, gateway and broadcast addresses), in decimal.
+	// +optional
+	Reserved string `json:"reserved,omitempty"`
 }
 
 // NetworkNodes counts the nodes where a Network is ready.

@@ -28,6 +28,9 @@ type NetworkAddressesApplyConfiguration struct {
 	// available is the number of addresses that can still be allocated,
 	// in decimal: an IPv6 network has more than an integer field holds.
 	Available *string `json:"available,omitempty"`
+	// reserved is the number of addresses the Network keeps from pods
+	// (v2's spec.reserved), in decimal.
+	Reserved *string `json:"reserved,omitempty"`
 }
 
 // NetworkAddressesApplyConfiguration constructs a declarative configuration of the NetworkAddresses type for use with
@@ -49,5 +52,13 @@ func (b *NetworkAddressesApplyConfiguration) WithAllocated(value int64) *Network
 // If called multiple times, the Available field is set to the value of the last call.
 func (b *NetworkAddressesApplyConfiguration) WithAvailable(value string) *NetworkAddressesApplyConfiguration {
 	b.Available = &value
+	return b
+}
+
+// WithReserved sets the Reserved field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Reserved field is set to the value of the last call.
+func (b *NetworkAddressesApplyConfiguration) WithReserved(value string) *NetworkAddressesApplyConfiguration {
+	b.Reserved = &value
 	return b
 }

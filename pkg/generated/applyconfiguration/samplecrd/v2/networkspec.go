@@ -49,6 +49,20 @@ type NetworkSpecApplyConfiguration struct {
 	// namespace's labels change (status.conditions say so): narrowing it
 	// admits no new pod from the namespaces it no longer selects.
 	NamespaceSelector *v1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
+	// reserved are addresses of the Network that netop never gives a pod
+	// and that no pod may ask for, kept for what runs outside Kubernetes
+	// (appliances, VMs, routers): addresses (10.0.0.5), prefixes
+	// (10.0.0.16/28) and ranges (10.0.0.2-10.0.0.20), each inside one of
+	// cidrs. An entry that covers an address a pod holds is refused
+	// while the pod holds it. status.addresses counts them apart.
+	Reserved []string `json:"reserved,omitempty"`
+	// routes are handed to every pod that joins the Network: its
+	// interface on the Network gets a route to each destination through
+	// via, an address of the Network (default: the gateway of the
+	// destination's family). A destination may not overlap the Network's
+	// own cidrs, and its family must be one of theirs. Pods attached
+	// before a change keep the routes they got.
+	Routes []NetworkRouteApplyConfiguration `json:"routes,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -82,5 +96,28 @@ func (b *NetworkSpecApplyConfiguration) WithGateways(values ...string) *NetworkS
 // If called multiple times, the NamespaceSelector field is set to the value of the last call.
 func (b *NetworkSpecApplyConfiguration) WithNamespaceSelector(value *v1.LabelSelectorApplyConfiguration) *NetworkSpecApplyConfiguration {
 	b.NamespaceSelector = value
+	return b
+}
+
+// WithReserved adds the given value to the Reserved field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Reserved field.
+func (b *NetworkSpecApplyConfiguration) WithReserved(values ...string) *NetworkSpecApplyConfiguration {
+	for i := range values {
+		b.Reserved = append(b.Reserved, values[i])
+	}
+	return b
+}
+
+// WithRoutes adds the given value to the Routes field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Routes field.
+func (b *NetworkSpecApplyConfiguration) WithRoutes(values ...*NetworkRouteApplyConfiguration) *NetworkSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithRoutes")
+		}
+		b.Routes = append(b.Routes, *values[i])
+	}
 	return b
 }
