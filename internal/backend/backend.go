@@ -85,6 +85,10 @@ type Network struct {
 	// VNI, if not 0, joins the network's parts on several nodes into one
 	// segment (the linux backend's overlay).
 	VNI uint32
+	// MTU, if not 0, is the largest packet the network carries; 0 lets
+	// the backend derive it (the linux backend: the underlay's less the
+	// overlay's overhead, or 1500).
+	MTU int
 }
 
 // Validate checks what every backend relies on: an owner UID, one or two

@@ -98,6 +98,9 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 		return nil, field.ErrorList{field.Invalid(cidrsPath, spec.CIDRs, "must be of different families: one IPv4 and one IPv6")}
 	}
 	errs := families.reserve(spec.Reserved, field.NewPath("spec", "reserved"))
+	if spec.MTU != 0 && spec.MTU < 1280 && slices.ContainsFunc(families, func(f Resolved) bool { return f.Prefix.Addr().Is6() }) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "mtu"), spec.MTU, "must be at least 1280 on a Network with an IPv6 cidr: IPv6 needs it of every link"))
+	}
 	errs = append(errs, families.route(spec.Routes, field.NewPath("spec", "routes"))...)
 	if len(errs) > 0 {
 		return nil, errs

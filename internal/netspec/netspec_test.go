@@ -186,3 +186,14 @@ func TestRoutes(t *testing.T) {
 		}
 	}
 }
+
+// An IPv6 Network's MTU is at least IPv6's minimum link MTU.
+func TestMTUOfIPv6(t *testing.T) {
+	if _, errs := (Resolver{}).ResolveFamilies(samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, MTU: 1000}); len(errs) == 0 ||
+		!strings.Contains(errs.ToAggregate().Error(), "spec.mtu: Invalid value: 1000: must be at least 1280 on a Network with an IPv6 cidr") {
+		t.Errorf("IPv6 with MTU 1000: %v", errs)
+	}
+	if _, errs := (Resolver{}).ResolveFamilies(samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, MTU: 1000}); len(errs) > 0 {
+		t.Errorf("IPv4 with MTU 1000: %v", errs)
+	}
+}

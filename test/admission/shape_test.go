@@ -129,3 +129,60 @@ func podAddress(t *testing.T, env *testenv.Env, ns, name string) string {
 	}
 	return have[0].IPs[0]
 }
+
+// Issue 35, spec.routes and spec.mtu against the API server: the schema
+// and the webhook refuse bad routes and MTUs naming the field; a pod's allocation carries
+// the routes, via defaulted to the gateway, for the CNI plugin.
+func TestRoutesAreValidatedAndAllocated(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	nets := env.Netop.SamplecrdV2().Networks(ns)
+	route := func(dst, via string) samplecrdv2.NetworkRoute { return samplecrdv2.NetworkRoute{Destination: dst, Via: via} }
+	for i, tc := range []struct {
+		routes []samplecrdv2.NetworkRoute
+		want   string
+	}{
+		{[]samplecrdv2.NetworkRoute{route("nope", "")}, `spec.routes[0].destination: Invalid value: "nope": must be an IP prefix in CIDR notation`},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "nope")}, `spec.routes[0].via: Invalid value: "nope": must be an IP address`},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", ""), route("10.174.0.0/16", "")}, `spec.routes[1].destination: Invalid value: "10.174.0.0/16": must not overlap the Network's cidr 10.174.0.0/24`},
+		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "10.9.0.1")}, `spec.routes[0].via: Invalid value: "10.9.0.1": must be an address of the Network, inside its cidr 10.174.0.0/24`},
+		{[]samplecrdv2.NetworkRoute{route("fd00:200::/48", "")}, `spec.routes[0].destination: Invalid value: "fd00:200::/48": has no cidr of its IP family`},
+	} {
+		requireRefused(t, fmt.Sprintf("routes %v", tc.routes), func(ctx context.Context) error {
+			_, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i)},
+				Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.174.0.0/24"}, Routes: tc.routes}}, metav1.CreateOptions{})
+			return err
+		}, tc.want)
+	}
+	for i, tc := range []struct {
+		cidrs []string
+		mtu   int32
+		want  string
+	}{
+		{[]string{"10.175.0.0/24"}, 100, "spec.mtu: Invalid value: 100: spec.mtu in body should be greater than or equal to 576"},
+		{[]string{"10.175.0.0/24"}, 10000, "spec.mtu: Invalid value: 10000: spec.mtu in body should be less than or equal to 9216"},
+		{[]string{"10.175.0.0/24", "fd00:175::/64"}, 1000, "spec.mtu: Invalid value: 1000: must be at least 1280 on a Network with an IPv6 cidr"},
+	} {
+		requireRefused(t, fmt.Sprintf("mtu %d", tc.mtu), func(ctx context.Context) error {
+			_, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-mtu-%d", i)},
+				Spec: samplecrdv2.NetworkSpec{CIDRs: tc.cidrs, MTU: tc.mtu}}, metav1.CreateOptions{})
+			return err
+		}, tc.want)
+	}
+	if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.174.0.0/24", "fd00:174::/64"},
+			Routes: []samplecrdv2.NetworkRoute{route("10.200.0.0/16", ""), route("fd00:200::/48", "fd00:174::fe")}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAdmitted(t, env, networkPod(ns, "routed", "routed"))
+	waitAllocated(t, env, ns, "routed", ns+"/routed")
+	p, err := env.Kube.CoreV1().Pods(ns).Get(ctx, "routed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, _ := netselect.ParseAllocations(p.Annotations[netselect.AllocationsAnnotation])
+	if got := fmt.Sprint(have[0].Routes); got != "[{10.200.0.0/16 10.174.0.1} {fd00:200::/48 fd00:174::fe}]" {
+		t.Errorf("the allocation's routes: %s", got)
+	}
+}

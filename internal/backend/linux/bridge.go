@@ -112,10 +112,14 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 	logger := klog.FromContext(ctx).WithValues("bridge", name, "netns", b.netnsName)
 	res := backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: name}}
 
+	mtu, err := b.mtu(want)
+	if err != nil {
+		return res, err
+	}
 	link, err := b.nl.LinkByName(name)
 	if isLinkNotFound(err) {
 		var created netlink.Link
-		created, err = b.create(name, want.Owner)
+		created, err = b.create(name, want.Owner, mtu)
 		switch {
 		case err != nil:
 			return res, err
@@ -131,10 +135,10 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 		return res, fmt.Errorf("look up bridge %s: %w", name, err)
 	}
 
-	changed, err := b.converge(logger, link, want)
+	changed, err := b.converge(logger, link, want, mtu)
 	if err == nil {
 		var vxChanged bool
-		vxChanged, err = b.ensureVXLAN(logger, link, want)
+		vxChanged, err = b.ensureVXLAN(logger, link, want, mtu)
 		changed = changed || vxChanged
 	}
 	if changed && res.Action == backend.ActionNone {
@@ -162,7 +166,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 // IFLA_IFALIAS when it creates a link, so the alias is set right after:
 // if netop dies in between, the next Ensure adopts the unmarked bridge by
 // its derived name.
-func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error) {
+func (b *Backend) create(name string, owner backend.Owner, mtu int) (netlink.Link, error) {
 	// Made down: converge turns IPv6 address generation off before it
 	// brings the bridge up. Multicast snooping off: a snooping bridge
 	// joins the all-snoopers group and reports it, and over an overlay
@@ -171,7 +175,7 @@ func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error)
 	// addresses; see setUp). Pods' multicast is flooded, as a snooping
 	// bridge without a querier floods it anyway.
 	snooping := false
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Group: BridgeGroup}, MulticastSnooping: &snooping}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Group: BridgeGroup, MTU: mtu}, MulticastSnooping: &snooping}
 	err := b.nl.LinkAdd(br)
 	if errors.Is(err, unix.EEXIST) {
 		return nil, nil // converge decides whether it is ours
@@ -197,7 +201,7 @@ func (b *Backend) create(name string, owner backend.Owner) (netlink.Link, error)
 
 // converge brings an existing link to want, refusing links that are not
 // ours. A link that already matches costs one address dump and no change.
-func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.Network) (changed bool, err error) {
+func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.Network, mtu int) (changed bool, err error) {
 	attrs := link.Attrs()
 	name := attrs.Name
 
@@ -229,6 +233,17 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 		}
 		changed = true
 		logger.V(2).Info("Set the bridge's interface group", "group", BridgeGroup)
+	}
+
+	if attrs.MTU != mtu {
+		// Set, not left to the bridge's ports: a bridge whose MTU was
+		// set keeps it as ports come, so a pod attached before the
+		// VXLAN port gets the MTU that crosses nodes.
+		if err := b.nl.LinkSetMTU(link, mtu); err != nil {
+			return changed, fmt.Errorf("set the MTU of bridge %s to %d: %w", name, mtu, err)
+		}
+		changed = true
+		logger.Info("Set the bridge's MTU", "mtu", mtu, "was", attrs.MTU)
 	}
 
 	families := want.Families

@@ -74,6 +74,7 @@ type netlinkOps interface {
 	LinkDel(link netlink.Link) error
 	LinkSetAlias(link netlink.Link, alias string) error
 	LinkSetGroup(link netlink.Link, group int) error
+	LinkSetMTU(link netlink.Link, mtu int) error
 	LinkSetUp(link netlink.Link) error
 	LinkSetIP6AddrGenMode(link netlink.Link, mode int) error
 	AddrAdd(link netlink.Link, addr *netlink.Addr) error

@@ -1299,3 +1299,71 @@ func TestDualStackBridge(t *testing.T) {
 		t.Errorf("two IPv4 families: %v, want refused", err)
 	}
 }
+
+// A Network's MTU is its bridge's and, across nodes, its VXLAN port's:
+// derived from the underlay less VXLAN's overhead by default, its own if
+// it fits, refused with the numbers if not; 1500 or its own on a node of
+// its own. A bridge whose MTU was set keeps it when a port comes.
+func TestMTU(t *testing.T) {
+	e := newTestEnv(t)
+	// No dummy links in this kernel: a veth's end is the underlay.
+	underlay := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "underlay0", MTU: 1400}, PeerName: "underlay1"}
+	if err := e.hand.LinkAdd(underlay); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := netlink.ParseAddr("192.0.2.10/24")
+	if err := e.hand.AddrAdd(underlay, local); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.hand.LinkSetUp(underlay); err != nil {
+		t.Fatal(err)
+	}
+	e.b.overlay = &Overlay{Local: netip.MustParseAddr("192.0.2.10")}
+	mtus := func(n backend.Network) (bridge, vxlan int) {
+		t.Helper()
+		br, err := e.hand.LinkByName(BridgeName(n.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bridge = br.Attrs().MTU
+		if vx, err := e.hand.LinkByName(VXLANName(n.UID)); err == nil {
+			vxlan = vx.Attrs().MTU
+		}
+		return bridge, vxlan
+	}
+	spans := network(t, "spans", "10.94.0.0/24", "10.94.0.1")
+	spans.VNI = 42
+	e.ensure(t, spans, backend.ActionCreated)
+	if br, vx := mtus(spans); br != 1350 || vx != 1350 {
+		t.Errorf("default across nodes: bridge %d, VXLAN %d; want 1350 (1400 less 50)", br, vx)
+	}
+	spans.MTU = 1300
+	e.ensure(t, spans, backend.ActionUpdated)
+	if br, vx := mtus(spans); br != 1300 || vx != 1300 {
+		t.Errorf("spec.mtu 1300: bridge %d, VXLAN %d", br, vx)
+	}
+	spans.MTU = 1400
+	_, err := e.b.Ensure(testContext(t), spans, nil)
+	if !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), "spec.mtu 1400 does not fit this node's underlay: its interface has MTU 1400 and VXLAN adds 50 bytes, so at most 1350") {
+		t.Errorf("spec.mtu too large for the underlay: %v", err)
+	}
+
+	alone := network(t, "alone", "10.95.0.0/24", "10.95.0.1")
+	e.ensure(t, alone, backend.ActionCreated)
+	if br, _ := mtus(alone); br != 1500 {
+		t.Errorf("a node of its own, default: bridge %d, want 1500", br)
+	}
+	alone.MTU = 9000
+	e.ensure(t, alone, backend.ActionUpdated)
+	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "port0", MTU: 1500}, PeerName: "port1"}
+	if err := e.hand.LinkAdd(port); err != nil {
+		t.Fatal(err)
+	}
+	br, _ := e.hand.LinkByName(BridgeName(alone.UID))
+	if err := e.hand.LinkSetMaster(port, br); err != nil {
+		t.Fatal(err)
+	}
+	if br, _ := mtus(alone); br != 9000 {
+		t.Errorf("spec.mtu 9000 with a port of 1500: bridge %d", br)
+	}
+}

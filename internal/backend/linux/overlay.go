@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -42,7 +43,15 @@ type Overlay struct {
 	peers []netip.Addr
 	// underlay is the index of the interface with Local, once found.
 	underlay atomic.Int32
+	// underlayMTU is its MTU when last read, at checkedMTU: every Network
+	// derives its own from it, on every Ensure.
+	underlayMTU int
+	checkedMTU  time.Time
 }
+
+// underlayMTUFresh is how long a read of the underlay's MTU is trusted: a
+// change of it reaches Networks made or synced after that.
+const underlayMTUFresh = 10 * time.Second
 
 // SetPeers replaces the other nodes' underlay addresses; the next Ensure of
 // each Network brings its flooding entries in line. It reports whether
@@ -77,11 +86,29 @@ func (o *Overlay) overhead() int {
 	return 50
 }
 
-// underlayMTU is the MTU of the interface that carries the local address.
-// That interface is looked for once, in one address dump, and then only
+// underlayMTU is the MTU of the interface that carries the local address,
+// read at most every underlayMTUFresh. That interface is looked for once, in one address dump, and then only
 // checked: with a bridge per Network, looking at every link's addresses
 // for every VXLAN device made would cost a dump per link per Network.
 func (b *Backend) underlayMTU() (int, error) {
+	o := b.overlay
+	o.mu.Lock()
+	mtu, at := o.underlayMTU, o.checkedMTU
+	o.mu.Unlock()
+	if mtu != 0 && time.Since(at) < underlayMTUFresh {
+		return mtu, nil
+	}
+	mtu, err := b.readUnderlayMTU()
+	if err == nil {
+		o.mu.Lock()
+		o.underlayMTU, o.checkedMTU = mtu, time.Now()
+		o.mu.Unlock()
+	}
+	return mtu, err
+}
+
+// readUnderlayMTU reads the MTU of the interface with the local address.
+func (b *Backend) readUnderlayMTU() (int, error) {
 	if index := int(b.overlay.underlay.Load()); index != 0 {
 		if link, err := b.nl.LinkByIndex(index); err == nil && b.hasLocal(link) {
 			return link.Attrs().MTU, nil
@@ -104,6 +131,35 @@ func (b *Backend) underlayMTU() (int, error) {
 	return 0, fmt.Errorf("no interface in this network namespace has the underlay address %s", b.overlay.Local)
 }
 
+// defaultMTU is a bridge's MTU on a node of its own: the kernel's.
+const defaultMTU = 1500
+
+// mtu is the MTU of want's bridge, VXLAN port and pods' interfaces: its
+// own, which must fit the underlay with VXLAN's overhead where it spans
+// nodes; else the most that fits, or the kernel's default on a node of
+// its own.
+func (b *Backend) mtu(want backend.Network) (int, error) {
+	if b.overlay == nil || want.VNI == 0 {
+		if want.MTU != 0 {
+			return want.MTU, nil
+		}
+		return defaultMTU, nil
+	}
+	underlay, err := b.underlayMTU()
+	if err != nil {
+		return 0, err
+	}
+	most := underlay - b.overlay.overhead()
+	if want.MTU == 0 {
+		return most, nil
+	}
+	if want.MTU > most {
+		return 0, fmt.Errorf("%w: spec.mtu %d does not fit this node's underlay: its interface has MTU %d and VXLAN adds %d bytes, so at most %d",
+			backend.ErrInvalid, want.MTU, underlay, b.overlay.overhead(), most)
+	}
+	return want.MTU, nil
+}
+
 // hasLocal reports whether link carries the overlay's local address.
 func (b *Backend) hasLocal(link netlink.Link) bool {
 	addrs, err := b.addrList(link)
@@ -118,7 +174,7 @@ func (b *Backend) hasLocal(link netlink.Link) bool {
 
 // ensureVXLAN converges the VXLAN port of bridge to want.VNI and the
 // current peers; a Network without a VNI has none.
-func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want backend.Network) (changed bool, err error) {
+func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want backend.Network, mtu int) (changed bool, err error) {
 	if b.overlay == nil && want.VNI == 0 {
 		return false, nil // a node of its own: no lookup per Ensure
 	}
@@ -147,12 +203,8 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 		link, changed = nil, true
 	}
 	if link == nil {
-		mtu, err := b.underlayMTU()
-		if err != nil {
-			return changed, err
-		}
 		vx := &netlink.Vxlan{
-			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu - b.overlay.overhead(), MasterIndex: bridge.Attrs().Index},
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, MasterIndex: bridge.Attrs().Index},
 			VxlanId:   int(want.VNI),
 			SrcAddr:   b.overlay.Local.AsSlice(),
 			Port:      VXLANPort,
@@ -172,6 +224,13 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 		}
 		changed = true
 		logger.Info("Created VXLAN device", "vxlan", name, "vni", want.VNI, "mtu", vx.MTU)
+	}
+	if link.Attrs().MTU != mtu {
+		if err := b.nl.LinkSetMTU(link, mtu); err != nil {
+			return changed, fmt.Errorf("set the MTU of VXLAN device %s to %d: %w", name, mtu, err)
+		}
+		changed = true
+		logger.Info("Set the VXLAN device's MTU", "vxlan", name, "mtu", mtu)
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		// Made down, as bridges are, to come up without IPv6 link-local.

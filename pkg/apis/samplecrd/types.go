@@ -19,13 +19,14 @@ type Network struct {
 // first the primary one (the only one v1 has), and their gateways, in
 // the order of the cidrs (empty: defaulted), the namespaces besides
 // its own whose pods may join it (nil: none), and how it is shaped:
-// addresses kept from pods, routes handed to them.
+// addresses kept from pods, routes handed to them, its MTU (0: derived).
 type NetworkSpec struct {
 	CIDRs             []string
 	Gateways          []string
 	NamespaceSelector *metav1.LabelSelector
 	Reserved          []string
 	Routes            []NetworkRoute
+	MTU               int32
 }
 
 // NetworkRoute is a route handed to the pods of a Network: to

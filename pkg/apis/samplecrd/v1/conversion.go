@@ -29,8 +29,8 @@ const (
 	// NamespaceSelectorAnnotation holds spec.namespaceSelector, as JSON.
 	NamespaceSelectorAnnotation = GroupName + "/namespace-selector"
 	// SpecShapeAnnotation holds the fields of v2's spec that shape a
-	// Network and that v1 has none of (spec.reserved, spec.routes), as
-	// JSON.
+	// Network and that v1 has none of (spec.reserved, spec.routes,
+	// spec.mtu), as JSON.
 	SpecShapeAnnotation = GroupName + "/spec-shape"
 )
 
@@ -38,6 +38,7 @@ const (
 type shape struct {
 	Reserved []string     `json:"reserved,omitempty"`
 	Routes   []shapeRoute `json:"routes,omitempty"`
+	MTU      int32        `json:"mtu,omitempty"`
 }
 
 type shapeRoute struct {
@@ -46,17 +47,17 @@ type shapeRoute struct {
 }
 
 func shapeOf(spec *samplecrd.NetworkSpec) shape {
-	s := shape{Reserved: spec.Reserved}
+	s := shape{Reserved: spec.Reserved, MTU: spec.MTU}
 	for _, r := range spec.Routes {
 		s.Routes = append(s.Routes, shapeRoute(r))
 	}
 	return s
 }
 
-func (s shape) empty() bool { return len(s.Reserved) == 0 && len(s.Routes) == 0 }
+func (s shape) empty() bool { return len(s.Reserved) == 0 && len(s.Routes) == 0 && s.MTU == 0 }
 
 func (s shape) restore(spec *samplecrd.NetworkSpec) {
-	spec.Reserved = s.Reserved
+	spec.Reserved, spec.MTU = s.Reserved, s.MTU
 	for _, r := range s.Routes {
 		spec.Routes = append(spec.Routes, samplecrd.NetworkRoute(r))
 	}

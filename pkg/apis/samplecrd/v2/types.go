@@ -105,6 +105,18 @@ type NetworkSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	Routes []NetworkRoute `json:"routes,omitempty"`
+	// mtu is the largest IP packet the Network carries, in bytes: the
+	// MTU of its bridge, of every pod's interface on it and, across
+	// nodes, of its VXLAN port, which must fit the underlay with VXLAN's
+	// overhead (50 bytes over IPv4, 70 over IPv6), else the node says so
+	// in status. Empty: the underlay's MTU less that overhead where the
+	// Network spans nodes, the kernel's default (1500) on a node of its
+	// own. A Network with an IPv6 cidr needs at least 1280. Pods attached
+	// before a change keep the MTU they got.
+	// +optional
+	// +kubebuilder:validation:Minimum=576
+	// +kubebuilder:validation:Maximum=9216
+	MTU int32 `json:"mtu,omitempty"`
 }
 
 // NetworkRoute is a route handed to the pods of a Network.

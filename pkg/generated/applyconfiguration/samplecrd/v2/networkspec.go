@@ -63,6 +63,15 @@ type NetworkSpecApplyConfiguration struct {
 	// own cidrs, and its family must be one of theirs. Pods attached
 	// before a change keep the routes they got.
 	Routes []NetworkRouteApplyConfiguration `json:"routes,omitempty"`
+	// mtu is the largest IP packet the Network carries, in bytes: the
+	// MTU of its bridge, of every pod's interface on it and, across
+	// nodes, of its VXLAN port, which must fit the underlay with VXLAN's
+	// overhead (50 bytes over IPv4, 70 over IPv6), else the node says so
+	// in status. Empty: the underlay's MTU less that overhead where the
+	// Network spans nodes, the kernel's default (1500) on a node of its
+	// own. A Network with an IPv6 cidr needs at least 1280. Pods attached
+	// before a change keep the MTU they got.
+	MTU *int32 `json:"mtu,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -119,5 +128,13 @@ func (b *NetworkSpecApplyConfiguration) WithRoutes(values ...*NetworkRouteApplyC
 		}
 		b.Routes = append(b.Routes, *values[i])
 	}
+	return b
+}
+
+// WithMTU sets the MTU field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MTU field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithMTU(value int32) *NetworkSpecApplyConfiguration {
+	b.MTU = &value
 	return b
 }
