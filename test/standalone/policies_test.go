@@ -32,21 +32,21 @@ import (
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
-// A matrix pod: namespace x, y or z, name a, b or c.
-type matrixPod struct {
+// A probed pod: in the matrix, namespace x, y or z, name a, b or c.
+type probedPod struct {
 	ns, name string
 	addr     string
 	netns    netns.NsHandle
 }
 
-func (p *matrixPod) String() string { return p.ns + "/" + p.name }
+func (p *probedPod) String() string { return p.ns + "/" + p.name }
 
 var matrixPorts = []podprobe.Port{{Number: 80, Protocol: podprobe.TCP}, {Number: 81, Protocol: podprobe.TCP}, {Number: 80, Protocol: podprobe.UDP}, {Number: 81, Protocol: podprobe.UDP}, {Number: 80, Protocol: podprobe.SCTP}}
 
 // expectation says whether from reaches to on port.
-type expectation func(from, to *matrixPod, port podprobe.Port) bool
+type expectation func(from, to *probedPod, port podprobe.Port) bool
 
-func everything(*matrixPod, *matrixPod, podprobe.Port) bool { return true }
+func everything(*probedPod, *probedPod, podprobe.Port) bool { return true }
 
 // Issue 34 on the standalone's real node: MultiNetworkPolicies on a netop
 // Network, checked in the style of Kubernetes' network-policy e2e suite.
@@ -97,7 +97,7 @@ func TestPolicyMatrix(t *testing.T) {
 	}
 	// newPod creates pod ns/name labelled pod=label on x/pol, declaring
 	// the matrix's ports as named container ports.
-	newPod := func(t *testing.T, ns, name, label string) *matrixPod {
+	newPod := func(t *testing.T, ns, name, label string) *probedPod {
 		t.Helper()
 		p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
 		p.Labels = map[string]string{"pod": label}
@@ -111,9 +111,9 @@ func TestPolicyMatrix(t *testing.T) {
 			_, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 			return err == nil, fmt.Sprintf("creating pod %s/%s: %v", ns, name, err)
 		})
-		return &matrixPod{ns: ns, name: name}
+		return &probedPod{ns: ns, name: name}
 	}
-	var pods []*matrixPod
+	var pods []*probedPod
 	for _, ns := range []string{"x", "y", "z"} {
 		for _, name := range []string{"a", "b", "c"} {
 			pods = append(pods, newPod(t, ns, name, name))
@@ -138,7 +138,7 @@ func TestPolicyMatrix(t *testing.T) {
 		})
 	}()
 	for _, p := range pods {
-		waitMatrixPod(t, kube, dataDir, p)
+		waitProbedPod(t, kube, dataDir, p)
 	}
 
 	policies := client.K8sCniCncfIoV1beta1()
@@ -155,7 +155,7 @@ func TestPolicyMatrix(t *testing.T) {
 			}
 		})
 	}
-	pod := func(id string) *matrixPod {
+	pod := func(id string) *probedPod {
 		for _, p := range pods {
 			if p.String() == id {
 				return p
@@ -175,13 +175,13 @@ func TestPolicyMatrix(t *testing.T) {
 	sctp := ptr.To(v1beta1.ProtocolSCTP)
 	// ingressTo expects only allowed(from, port) to reach target; every
 	// other pair is open.
-	ingressTo := func(target *matrixPod, allowed func(from *matrixPod, port podprobe.Port) bool) expectation {
-		return func(from, to *matrixPod, port podprobe.Port) bool { return to != target || allowed(from, port) }
+	ingressTo := func(target *probedPod, allowed func(from *probedPod, port podprobe.Port) bool) expectation {
+		return func(from, to *probedPod, port podprobe.Port) bool { return to != target || allowed(from, port) }
 	}
-	egressFrom := func(source *matrixPod, allowed func(to *matrixPod, port podprobe.Port) bool) expectation {
-		return func(from, to *matrixPod, port podprobe.Port) bool { return from != source || allowed(to, port) }
+	egressFrom := func(source *probedPod, allowed func(to *probedPod, port podprobe.Port) bool) expectation {
+		return func(from, to *probedPod, port podprobe.Port) bool { return from != source || allowed(to, port) }
 	}
-	nothing := func(*matrixPod, podprobe.Port) bool { return false }
+	nothing := func(*probedPod, podprobe.Port) bool { return false }
 	mnp := func(ns, name, policyFor string, spec v1beta1.MultiNetworkPolicySpec) *v1beta1.MultiNetworkPolicy {
 		return &v1beta1.MultiNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Annotations: map[string]string{v1beta1.PolicyForAnnotation: policyFor}}, Spec: spec}
@@ -189,8 +189,8 @@ func TestPolicyMatrix(t *testing.T) {
 	ingressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeIngress}
 	egressTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeEgress}
 	bothTypes := []v1beta1.MultiPolicyType{v1beta1.PolicyTypeIngress, v1beta1.PolicyTypeEgress}
-	only := func(want podprobe.Port) func(*matrixPod, podprobe.Port) bool {
-		return func(_ *matrixPod, port podprobe.Port) bool { return port == want }
+	only := func(want podprobe.Port) func(*probedPod, podprobe.Port) bool {
+		return func(_ *probedPod, port podprobe.Port) bool { return port == want }
 	}
 	ingressRule := func(from []v1beta1.MultiNetworkPolicyPeer, ports ...v1beta1.MultiNetworkPolicyPort) []v1beta1.MultiNetworkPolicyIngressRule {
 		return []v1beta1.MultiNetworkPolicyIngressRule{{From: from, Ports: ports}}
@@ -217,58 +217,58 @@ func TestPolicyMatrix(t *testing.T) {
 			want:     egressFrom(xa, nothing)},
 		{name: "deny ingress to a whole namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PolicyTypes: ingressTypes})},
-			want:     func(from, to *matrixPod, _ podprobe.Port) bool { return to.ns != "y" }},
+			want:     func(from, to *probedPod, _ podprobe.Port) bool { return to.ns != "y" }},
 		{name: "allow from a pod selector (its namespace's pods)",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "b")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "x/b" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.String() == "x/b" })},
 		{name: "allow from a namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns == "y" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.ns == "y" })},
 		{name: "allow from a pod selector in a namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y"), PodSelector: sel("pod", "c")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "y/c" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.String() == "y/c" })},
 		{name: "allow from every namespace's pods b",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("pod", "b")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.name == "b" })},
 		{name: "allow from an ipBlock with an except",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: "10.181.0.0/24", Except: []string{pod("y/b").addr + "/32"}}}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() != "y/b" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.String() != "y/b" })},
 		{name: "egress to an ipBlock",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: pod("z/c").addr + "/32"}}}}}})},
-			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.String() == "z/c" })},
+			want: egressFrom(xa, func(to *probedPod, _ podprobe.Port) bool { return to.String() == "z/c" })},
 		{name: "egress to a namespace, unset policyTypes",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: []v1beta1.MultiNetworkPolicyIngressRule{{}},
 				Egress:  []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}}})},
-			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.ns == "z" })},
+			want: egressFrom(xa, func(to *probedPod, _ podprobe.Port) bool { return to.ns == "z" })},
 		{name: "by port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: number(81)})})},
-			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool {
+			want: ingressTo(xa, func(_ *probedPod, port podprobe.Port) bool {
 				return port == podprobe.Port{Number: 81, Protocol: podprobe.TCP}
 			})},
 		{name: "by named port",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Port: named("serve-80-tcp")})})},
-			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool {
+			want: ingressTo(xa, func(_ *probedPod, port podprobe.Port) bool {
 				return port == podprobe.Port{Number: 80, Protocol: podprobe.TCP}
 			})},
 		{name: "egress by named port of the destinations",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{Ports: []v1beta1.MultiNetworkPolicyPort{{Protocol: udp, Port: named("serve-81-udp")}}}}})},
-			want: egressFrom(xa, func(_ *matrixPod, port podprobe.Port) bool {
+			want: egressFrom(xa, func(_ *probedPod, port podprobe.Port) bool {
 				return port == podprobe.Port{Number: 81, Protocol: podprobe.UDP}
 			})},
 		{name: "UDP by port range",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule(nil, v1beta1.MultiNetworkPolicyPort{Protocol: udp, Port: number(80), EndPort: ptr.To[int32](81)})})},
-			want: ingressTo(xa, func(_ *matrixPod, port podprobe.Port) bool { return port.Protocol == podprobe.UDP })},
+			want: ingressTo(xa, func(_ *probedPod, port podprobe.Port) bool { return port.Protocol == podprobe.UDP })},
 		{name: "the union of two policies",
 			policies: []*v1beta1.MultiNetworkPolicy{
 				mnp("x", "from-b", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
@@ -276,7 +276,7 @@ func TestPolicyMatrix(t *testing.T) {
 				mnp("x", "from-c", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 					Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: sel("pod", "c")}}, v1beta1.MultiNetworkPolicyPort{Port: number(81)})}),
 			},
-			want: ingressTo(xa, func(from *matrixPod, port podprobe.Port) bool {
+			want: ingressTo(xa, func(from *probedPod, port podprobe.Port) bool {
 				return from.String() == "x/b" && port == podprobe.Port{Number: 80, Protocol: podprobe.TCP} || from.String() == "x/c" && port == podprobe.Port{Number: 81, Protocol: podprobe.TCP}
 			})},
 		{name: "a policy for another Network has no effect",
@@ -300,12 +300,12 @@ func TestPolicyMatrix(t *testing.T) {
 		{name: "egress to an ipBlock with an except",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "out", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressTypes,
 				Egress: []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{IPBlock: &v1beta1.IPBlock{CIDR: "10.181.0.0/24", Except: []string{pod("z/c").addr + "/32"}}}}}}})},
-			want: egressFrom(xa, func(to *matrixPod, _ podprobe.Port) bool { return to.String() != "z/c" })},
+			want: egressFrom(xa, func(to *probedPod, _ podprobe.Port) bool { return to.String() != "z/c" })},
 		{name: "ingress and egress in one policy",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "both", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: bothTypes,
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "y")}}),
 				Egress:  []v1beta1.MultiNetworkPolicyEgressRule{{To: []v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: sel("ns", "z")}}}}})},
-			want: func(from, to *matrixPod, _ podprobe.Port) bool {
+			want: func(from, to *probedPod, _ podprobe.Port) bool {
 				switch {
 				case to == xa:
 					return from.ns == "y"
@@ -316,11 +316,11 @@ func TestPolicyMatrix(t *testing.T) {
 			}},
 		{name: "default deny both ways in a namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "deny", "x/pol", v1beta1.MultiNetworkPolicySpec{PolicyTypes: bothTypes})},
-			want:     func(from, to *matrixPod, _ podprobe.Port) bool { return from.ns != "y" && to.ns != "y" }},
+			want:     func(from, to *probedPod, _ podprobe.Port) bool { return from.ns != "y" && to.ns != "y" }},
 		{name: "allow from its own namespace",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("y", "same", "x/pol", v1beta1.MultiNetworkPolicySpec{
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}})})},
-			want: func(from, to *matrixPod, _ podprobe.Port) bool { return to.ns != "y" || from.ns == "y" }},
+			want: func(from, to *probedPod, _ podprobe.Port) bool { return to.ns != "y" || from.ns == "y" }},
 		{name: "allow all ingress beside a default deny",
 			policies: []*v1beta1.MultiNetworkPolicy{
 				mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes}),
@@ -335,7 +335,7 @@ func TestPolicyMatrix(t *testing.T) {
 					NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "ns", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"x"}}}},
 					PodSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pod", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"c"}}}},
 				}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns != "x" && from.name != "c" })},
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.ns != "x" && from.name != "c" })},
 		{name: "policy-for naming two Networks",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "other, x/pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
 			want:     ingressTo(xa, nothing)},
@@ -357,24 +357,24 @@ func TestPolicyMatrix(t *testing.T) {
 		{name: "a pod that joins after the policy",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "allow", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("pod", "b")}})})},
-			want: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" }),
+			want: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.name == "b" }),
 			then: func(t *testing.T) {
 				// x/d, labelled as the b pods are.
 				d := newPod(t, "x", "d", "b")
 				t.Cleanup(func() {
-					pods = slices.DeleteFunc(pods, func(p *matrixPod) bool { return p == d })
+					pods = slices.DeleteFunc(pods, func(p *probedPod) bool { return p == d })
 					_ = kube.CoreV1().Pods("x").Delete(context.Background(), "d", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 				})
-				waitMatrixPod(t, kube, dataDir, d)
+				waitProbedPod(t, kube, dataDir, d)
 				pods = append(pods, d)
 			},
-			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.name == "b" || from.name == "d" })},
+			thenWant: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.name == "b" || from.name == "d" })},
 		{name: "a pod relabelled into and out of a peer selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "friends", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"),
 				Ingress: ingressRule([]v1beta1.MultiNetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel("friend", "yes")}})})},
 			want:     ingressTo(xa, nothing),
 			then:     func(t *testing.T) { labelPod(t, kube, "z", "b", "friend", "yes") },
-			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.String() == "z/b" })},
+			thenWant: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.String() == "z/b" })},
 		{name: "a pod relabelled into the policy's selector",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("friend", "no"), PolicyTypes: ingressTypes})},
 			want:     everything,
@@ -389,7 +389,7 @@ func TestPolicyMatrix(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			thenWant: ingressTo(xa, func(from *matrixPod, _ podprobe.Port) bool { return from.ns == "z" })},
+			thenWant: ingressTo(xa, func(from *probedPod, _ podprobe.Port) bool { return from.ns == "z" })},
 		{name: "a policy deleted",
 			policies: []*v1beta1.MultiNetworkPolicy{mnp("x", "deny", "pol", v1beta1.MultiNetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: ingressTypes})},
 			want:     ingressTo(xa, nothing),
@@ -450,10 +450,10 @@ func labelPod(t *testing.T, kube kubernetes.Interface, ns, name, key, value stri
 	t.Cleanup(func() { _ = patch(context.Background(), nil) })
 }
 
-// waitMatrixPod waits until p runs with its net1 address, finds its
-// network namespace in the CNI plugin's records, and opens its UDP echo
-// sockets there.
-func waitMatrixPod(t *testing.T, kube kubernetes.Interface, dataDir string, p *matrixPod) {
+// waitProbedPod waits until p runs with its net1 address, finds its
+// network namespace in the CNI plugin's records, and serves the matrix's
+// ports there.
+func waitProbedPod(t *testing.T, kube kubernetes.Interface, dataDir string, p *probedPod) {
 	t.Helper()
 	testenv.Eventually(t, 90*time.Second, func(ctx context.Context) (bool, string) {
 		got, err := kube.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
@@ -486,7 +486,7 @@ func waitMatrixPod(t *testing.T, kube kubernetes.Interface, dataDir string, p *m
 
 // waitMatrix probes every pair of pods on every port until the matrix is
 // what want expects, failing with the differences of the last probe.
-func waitMatrix(t *testing.T, pods []*matrixPod, want expectation) {
+func waitMatrix(t *testing.T, pods []*probedPod, want expectation) {
 	t.Helper()
 	testenv.Eventually(t, 15*time.Second, func(context.Context) (bool, string) {
 		var mu sync.Mutex

@@ -1331,9 +1331,15 @@ func TestMTU(t *testing.T) {
 		}
 		return bridge, vxlan
 	}
+	// Before its VNI comes, already the overlay's: pods attached then
+	// keep theirs.
 	spans := network(t, "spans", "10.94.0.0/24", "10.94.0.1")
-	spans.VNI = 42
 	e.ensure(t, spans, backend.ActionCreated)
+	if br, _ := mtus(spans); br != 1350 {
+		t.Errorf("default on a node of an overlay, no VNI yet: bridge %d, want 1350 (1400 less 50)", br)
+	}
+	spans.VNI = 42
+	e.ensure(t, spans, backend.ActionUpdated)
 	if br, vx := mtus(spans); br != 1350 || vx != 1350 {
 		t.Errorf("default across nodes: bridge %d, VXLAN %d; want 1350 (1400 less 50)", br, vx)
 	}
@@ -1348,6 +1354,7 @@ func TestMTU(t *testing.T) {
 		t.Errorf("spec.mtu too large for the underlay: %v", err)
 	}
 
+	e.b.overlay = nil
 	alone := network(t, "alone", "10.95.0.0/24", "10.95.0.1")
 	e.ensure(t, alone, backend.ActionCreated)
 	if br, _ := mtus(alone); br != 1500 {

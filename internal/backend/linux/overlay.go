@@ -135,11 +135,13 @@ func (b *Backend) readUnderlayMTU() (int, error) {
 const defaultMTU = 1500
 
 // mtu is the MTU of want's bridge, VXLAN port and pods' interfaces: its
-// own, which must fit the underlay with VXLAN's overhead where it spans
-// nodes; else the most that fits, or the kernel's default on a node of
-// its own.
+// own, which must fit the underlay with VXLAN's overhead on a node of an
+// overlay; else the most that fits, or the kernel's default on a node of
+// its own. On a node of an overlay, a Network whose VNI is still to come
+// gets the overlay's MTU from the start: pods attached before its VXLAN
+// port keep the MTU they got.
 func (b *Backend) mtu(want backend.Network) (int, error) {
-	if b.overlay == nil || want.VNI == 0 {
+	if b.overlay == nil {
 		if want.MTU != 0 {
 			return want.MTU, nil
 		}

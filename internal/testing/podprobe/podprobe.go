@@ -10,6 +10,7 @@ package podprobe
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -49,13 +50,16 @@ func (p Port) String() string { return strconv.Itoa(p.Number) + "/" + p.Protocol
 const Timeout = 400 * time.Millisecond
 
 // Netns opens the network namespace of pod (namespace/name) from the CNI
-// plugin's records under a standalone's data directory (those of its
-// nodes, one level deeper with --nodes, too); ok is false while there is
+// plugin's records under a standalone's data directory (node/cni/netop,
+// and nodes/NAME/node/cni/netop with --nodes); ok is false while there is
 // no record of it.
 func Netns(dataDir, pod string) (ns netns.NsHandle, ok bool, err error) {
-	records, _ := filepath.Glob(filepath.Join(dataDir, "*", "cni", "netop", "*.json"))
-	more, _ := filepath.Glob(filepath.Join(dataDir, "*", "*", "cni", "netop", "*.json"))
-	for _, path := range append(records, more...) {
+	var records []string
+	for _, pattern := range []string{"*", "*/*", "*/*/*"} {
+		found, _ := filepath.Glob(filepath.Join(dataDir, pattern, "cni", "netop", "*.json"))
+		records = append(records, found...)
+	}
+	for _, path := range records {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			continue
@@ -334,4 +338,36 @@ func (s *Stream) Closed(since time.Time, quiet time.Duration) (took time.Duratio
 		return 0, false
 	}
 	return s.sent[closedFrom].Sub(since), true
+}
+
+// DatagramArrives sends one UDP datagram of size bytes of payload, with
+// the don't-fragment bit, from the namespace from to addr:port, a UDP echo
+// (Serve's), and reports whether it was answered. err is the send's own:
+// EMSGSIZE when the datagram does not fit the path's MTU, which the
+// sender is told rather than the packet being lost.
+func DatagramArrives(from netns.NsHandle, addr string, port, size int) (bool, error) {
+	var conn net.Conn
+	if err := linux.InNetns(from, func() (err error) {
+		conn, err = net.Dial("udp4", net.JoinHostPort(addr, strconv.Itoa(port)))
+		return err
+	}); err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.Close() }()
+	raw, err := conn.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var sockErr error
+	if err := raw.Control(func(fd uintptr) {
+		sockErr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	}); err != nil || sockErr != nil {
+		return false, errors.Join(err, sockErr)
+	}
+	_ = conn.SetDeadline(time.Now().Add(Timeout))
+	if _, err := conn.Write(make([]byte, size)); err != nil {
+		return false, err
+	}
+	_, err = conn.Read(make([]byte, 64))
+	return err == nil, nil
 }

@@ -2,13 +2,17 @@ package podprobe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 )
@@ -82,4 +86,31 @@ func loopbackNetns(t *testing.T) netns.NsHandle {
 	}
 	t.Cleanup(func() { _ = ns.Close() })
 	return ns
+}
+
+// A datagram that fits the MTU with don't-fragment arrives; one byte more
+// is refused at the sender.
+func TestDatagramArrives(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := loopbackNetns(t)
+	if err := linux.InNetns(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMTU(lo, 1500)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	closeServer, err := Serve(ns, []Port{{Number: 80, Protocol: UDP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeServer()
+	if ok, err := DatagramArrives(ns, "127.0.0.1", 80, 1472); !ok || err != nil {
+		t.Errorf("1472 bytes in a 1500 MTU: answered %v (%v)", ok, err)
+	}
+	if ok, err := DatagramArrives(ns, "127.0.0.1", 80, 1473); ok || !errors.Is(err, unix.EMSGSIZE) {
+		t.Errorf("1473 bytes in a 1500 MTU: answered %v (%v), want EMSGSIZE", ok, err)
+	}
 }

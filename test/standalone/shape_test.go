@@ -1,0 +1,202 @@
+package standalone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controller/podnet"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/podprobe"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+)
+
+// Issue 35 on the standalone's real node: a /28 with reserved addresses
+// fills to its last free address and never hands out a reserved one, the
+// pod one too many waits saying why; the pods' net1 has the Network's
+// routes and MTU.
+func TestShapedNetwork(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	dataDir := t.TempDir()
+	backendNetns := nettest.NetnsName("netop-n-")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
+	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
+		"--node=true", "--node-name="+testNodeName)
+	defer func() {
+		sa.stop(t)
+		if left := leftovers(dataDir); len(left) > 0 {
+			t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
+		}
+	}()
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx := t.Context()
+	// 16 addresses: the network, gateway and broadcast addresses and five
+	// reserved leave eight for pods.
+	if _, err := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default").Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "shaped"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.183.0.0/28"}, Reserved: []string{"10.183.0.2-10.183.0.5", "10.183.0.9"},
+			Routes: []samplecrdv2.NetworkRoute{{Destination: "10.200.0.0/16"}}, MTU: 1400}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 9 {
+		p := busyboxPod(fmt.Sprintf("shaped-%d", i), corev1.RestartPolicyAlways, "sleep 3600")
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: "shaped"}
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+			return err == nil, fmt.Sprintf("creating pod %s: %v", p.Name, err)
+		})
+		names = append(names, p.Name)
+	}
+	defer func() {
+		for _, name := range names {
+			_ = kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0, fmt.Sprintf("pods left: %v", err)
+		})
+	}()
+	reserved := func(a netip.Addr) bool {
+		return a.Compare(netip.MustParseAddr("10.183.0.2")) >= 0 && a.Compare(netip.MustParseAddr("10.183.0.5")) <= 0 || a == netip.MustParseAddr("10.183.0.9")
+	}
+	var running []string
+	var waiting string
+	testenv.Eventually(t, 2*time.Minute, func(ctx context.Context) (bool, string) {
+		running, waiting = nil, ""
+		for _, name := range names {
+			p, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			have, _ := netselect.ParseAllocations(p.Annotations[netselect.AllocationsAnnotation])
+			if len(have) == 0 {
+				waiting = name
+				continue
+			}
+			addr := netip.MustParsePrefix(have[0].IPs[0]).Addr()
+			if reserved(addr) {
+				t.Fatalf("pod %s got %s, a reserved address", name, addr)
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running = append(running, name)
+			}
+		}
+		return len(running) == 8 && waiting != "", fmt.Sprintf("%d pods running, waiting: %q", len(running), waiting)
+	})
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		events, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + waiting})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == podnet.ReasonNoFreeAddress && strings.Contains(e.Message, "Network default/shaped has no free address") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no %s Event on %s: %v", podnet.ReasonNoFreeAddress, waiting, events.Items)
+	})
+
+	// Inside a pod: the route through the gateway and the MTU.
+	if got := execIn(t, cfg, kube, running[0], "ip", "-o", "route", "show", "dev", "net1"); !strings.Contains(got, "10.200.0.0/16 via 10.183.0.1") {
+		t.Errorf("routes of net1: %q, want 10.200.0.0/16 via 10.183.0.1", got)
+	}
+	if got := execIn(t, cfg, kube, running[0], "ip", "-o", "link", "show", "net1"); !strings.Contains(got, "mtu 1400 ") {
+		t.Errorf("net1: %q, want mtu 1400", got)
+	}
+}
+
+// Issue 35 across nodes: on netop-standalone --nodes 2 (the built-in
+// operator, an agent per node), a Network's default MTU is the underlay's
+// less VXLAN's 50 bytes, on the pods' interfaces too: a datagram that
+// fills it, with don't-fragment, crosses from a pod on one node to a pod
+// on the other; one byte more is refused at the sender, not lost.
+func TestMTUAcrossNodes(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	prefix := nettest.NetnsName("nm")
+	netnss := []string{prefix, prefix + "-1", prefix + "-2"}
+	t.Cleanup(func() {
+		for _, ns := range netnss {
+			_ = nettest.DeleteNetns(ns)
+		}
+	})
+	dataDir := t.TempDir()
+	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "2", "--node=true",
+		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0")
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx := t.Context()
+	if _, err := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default").Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.184.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]*probedPod{}
+	for i, nodeName := range []string{prefix + "-1", prefix + "-2"} {
+		p := busyboxPod(fmt.Sprintf("on-%d", i+1), corev1.RestartPolicyAlways, "sleep 3600")
+		p.Spec.NodeName = nodeName
+		p.Annotations = map[string]string{netselect.NetworksAnnotation: "spans"}
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := kube.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+			return err == nil, fmt.Sprintf("creating pod %s: %v", p.Name, err)
+		})
+		pods[p.Name] = &probedPod{ns: "default", name: p.Name}
+		waitProbedPod(t, kube, dataDir, pods[p.Name])
+	}
+	defer func() {
+		for name := range pods {
+			_ = kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0, fmt.Sprintf("pods left: %v", err)
+		})
+		sa.stop(t)
+	}()
+	from, to := pods["on-1"], pods["on-2"]
+	var mtu int
+	if err := linux.InNetns(from.netns, func() error {
+		link, err := netlink.LinkByName("net1")
+		if err == nil {
+			mtu = link.Attrs().MTU
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	underlay, err := exec.Command("ip", "-n", prefix+"-1", "-o", "link", "show").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mtu != 1450 || !strings.Contains(string(underlay), "mtu 1500") {
+		t.Fatalf("net1's MTU %d, want 1450: the underlay's 1500 less VXLAN's 50 (node links: %s)", mtu, underlay)
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		ok, err := podprobe.DatagramArrives(from.netns, to.addr, 80, mtu-28)
+		return ok && err == nil, fmt.Sprintf("%d bytes with don't-fragment from node 1 to node 2: answered %v (%v)", mtu-28, ok, err)
+	})
+	if ok, err := podprobe.DatagramArrives(from.netns, to.addr, 80, mtu-27); ok || !errors.Is(err, unix.EMSGSIZE) {
+		t.Errorf("%d bytes with don't-fragment: answered %v (%v), want refused with EMSGSIZE", mtu-27, ok, err)
+	}
+}
