@@ -260,6 +260,20 @@ func (p *Pool) take(off uint64, owner string) bool {
 // cidr, reserved, or someone else's. Giving an owner its own address again
 // is not an error.
 func (p *Pool) AllocateStatic(addr netip.Addr, owner string) error {
+	return p.claim(addr, owner, false)
+}
+
+// Hold records that owner holds addr, as a pod's record says, even where
+// the Network has reserved it since: the address stays the pod's (never
+// handed to another) until it is released. Its network, gateway or
+// broadcast address, or another's, is refused.
+func (p *Pool) Hold(addr netip.Addr, owner string) error {
+	return p.claim(addr, owner, true)
+}
+
+// claim gives addr to owner; held says the owner has it already, so a
+// range the Network reserved since does not stop it.
+func (p *Pool) claim(addr netip.Addr, owner string, held bool) error {
 	off, ok := p.offset(addr)
 	if !ok {
 		return fmt.Errorf("address %s: not in cidr %s", addr, p.prefix)
@@ -274,32 +288,12 @@ func (p *Pool) AllocateStatic(addr netip.Addr, owner string) error {
 		return fmt.Errorf("address %s: in use by %s", addr, have)
 	}
 	if p.isExcluded(off) {
-		return fmt.Errorf("address %s: reserved by the Network (spec.reserved), which no pod may hold", addr)
-	}
-	p.owners[off] = owner
-	return nil
-}
-
-// Hold records that owner holds addr, as a pod's record says, even where
-// the Network has reserved it since: the address stays the pod's (never
-// handed to another) until it is released. Its network, gateway or
-// broadcast address, or another's, is refused.
-func (p *Pool) Hold(addr netip.Addr, owner string) error {
-	off, ok := p.offset(addr)
-	if !ok || !p.isExcluded(off) {
-		return p.AllocateStatic(addr, owner)
-	}
-	if what, reserved := p.reserved[off]; reserved {
-		return fmt.Errorf("address %s: %s of cidr %s, which no pod may hold", addr, what, p.prefix)
-	}
-	if have, used := p.owners[off]; used {
-		if have == owner {
-			return nil
+		if !held {
+			return fmt.Errorf("address %s: reserved by the Network (spec.reserved), which no pod may hold", addr)
 		}
-		return fmt.Errorf("address %s: in use by %s", addr, have)
+		p.heldExcluded++
 	}
 	p.owners[off] = owner
-	p.heldExcluded++
 	return nil
 }
 

@@ -578,3 +578,48 @@ func leftovers(dataDir string) []string {
 	}
 	return out
 }
+
+// startWithNode starts the standalone with its real node, in a data
+// directory and a backend namespace of the test's own. The caller defers
+// stop once its pods are gone: it stops the standalone as a user does
+// (Ctrl-C) and checks that nothing of the node stays behind (the cleanup
+// of a test that failed kills it instead).
+func startWithNode(t *testing.T) (sa *standalone, dataDir string, stop func()) {
+	t.Helper()
+	nettest.RequireRoot(t)
+	if err := node.Check(); err != nil {
+		t.Fatalf("this host cannot run a node: %v", err)
+	}
+	dataDir = t.TempDir()
+	backendNetns := nettest.NetnsName("netop-n-")
+	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
+	sa = startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
+		"--node=true", "--node-name="+testNodeName)
+	return sa, dataDir, func() {
+		sa.stop(t)
+		if left := leftovers(dataDir); len(left) > 0 {
+			t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
+		}
+	}
+}
+
+// deletePods deletes every pod of namespaces at once and waits until
+// they are gone.
+func deletePods(t *testing.T, kube kubernetes.Interface, namespaces ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, ns := range namespaces {
+		_ = kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+	}
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		left := 0
+		for _, ns := range namespaces {
+			list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			left += len(list.Items)
+		}
+		return left == 0, fmt.Sprintf("%d pods left", left)
+	})
+}

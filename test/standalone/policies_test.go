@@ -23,8 +23,6 @@ import (
 
 	"github.com/netop-dev/netop/internal/controller/netpolicy"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/standalone/node"
-	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/podprobe"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
@@ -57,23 +55,8 @@ func everything(*probedPod, *probedPod, podprobe.Port) bool { return true }
 // reaches whom, probed from the pods' network namespaces, with what it
 // expects; a busybox nc in a container is refused as the probes are.
 func TestPolicyMatrix(t *testing.T) {
-	nettest.RequireRoot(t)
-	if err := node.Check(); err != nil {
-		t.Fatalf("this host cannot run a node: %v", err)
-	}
-	dataDir := t.TempDir()
-	backendNetns := nettest.NetnsName("netop-n-")
-	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
-	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
-		"--node=true", "--node-name="+testNodeName)
-	// Stopped as a user does, after its pods went: nothing of the node
-	// stays behind (the cleanup of a test that failed kills it instead).
-	defer func() {
-		sa.stop(t)
-		if left := leftovers(dataDir); len(left) > 0 {
-			t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
-		}
-	}()
+	sa, dataDir, stop := startWithNode(t)
+	defer stop()
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	client := versioned.NewForConfigOrDie(cfg)
@@ -120,23 +103,8 @@ func TestPolicyMatrix(t *testing.T) {
 		}
 	}
 	// Gone before the node stops.
-	defer func() {
-		ctx := context.Background()
-		for _, p := range pods {
-			_ = kube.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		}
-		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-			left := 0
-			for _, ns := range []string{"x", "y", "z"} {
-				list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return false, err.Error()
-				}
-				left += len(list.Items)
-			}
-			return left == 0, fmt.Sprintf("%d pods left", left)
-		})
-	}()
+	defer deletePods(t, kube, "x", "y", "z")
+
 	for _, p := range pods {
 		waitProbedPod(t, kube, dataDir, p)
 	}

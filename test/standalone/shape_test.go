@@ -32,21 +32,8 @@ import (
 // pod one too many waits saying why; the pods' net1 has the Network's
 // routes and MTU.
 func TestShapedNetwork(t *testing.T) {
-	nettest.RequireRoot(t)
-	if err := node.Check(); err != nil {
-		t.Fatalf("this host cannot run a node: %v", err)
-	}
-	dataDir := t.TempDir()
-	backendNetns := nettest.NetnsName("netop-n-")
-	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
-	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
-		"--node=true", "--node-name="+testNodeName)
-	defer func() {
-		sa.stop(t)
-		if left := leftovers(dataDir); len(left) > 0 {
-			t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
-		}
-	}()
+	sa, _, stop := startWithNode(t)
+	defer stop()
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	ctx := t.Context()
@@ -67,15 +54,8 @@ func TestShapedNetwork(t *testing.T) {
 		})
 		names = append(names, p.Name)
 	}
-	defer func() {
-		for _, name := range names {
-			_ = kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		}
-		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-			list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-			return err == nil && len(list.Items) == 0, fmt.Sprintf("pods left: %v", err)
-		})
-	}()
+	defer deletePods(t, kube, "default")
+
 	reserved := func(a netip.Addr) bool {
 		return a.Compare(netip.MustParseAddr("10.183.0.2")) >= 0 && a.Compare(netip.MustParseAddr("10.183.0.5")) <= 0 || a == netip.MustParseAddr("10.183.0.9")
 	}
@@ -165,15 +145,10 @@ func TestMTUAcrossNodes(t *testing.T) {
 		waitProbedPod(t, kube, dataDir, pods[p.Name])
 	}
 	defer func() {
-		for name := range pods {
-			_ = kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		}
-		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-			list, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-			return err == nil && len(list.Items) == 0, fmt.Sprintf("pods left: %v", err)
-		})
+		deletePods(t, kube, "default")
 		sa.stop(t)
 	}()
+
 	from, to := pods["on-1"], pods["on-2"]
 	var mtu int
 	if err := linux.InNetns(from.netns, func() error {

@@ -563,24 +563,33 @@ func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefi
 	}
 	// The pods cache answers on any replica: a replica that does not lead
 	// runs no sync, so its pools are as they were when first built.
+	holders, err := c.podsOf(network, limit, func(pod *corev1.Pod) bool { return holdsIn(pod, network.UID, ps) })
+	if err != nil {
+		return holders, err
+	}
+	// On the leader, pods whose allocation is still being written are not
+	// in the index yet, but hold their addresses already.
+	if allocated, _ := ps.usage(); holders.Count == 0 && allocated > 0 {
+		holders.Count = 1
+	}
+	return holders, nil
+}
+
+// podsOf counts the pods indexed under network that match, naming up to
+// limit of them, in order.
+func (c *Controller) podsOf(network *samplecrdv2.Network, limit int, match func(*corev1.Pod) bool) (netselect.Holders, error) {
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
 		return netselect.Holders{}, err
 	}
 	var pods []string
 	for _, obj := range objs {
-		if holdsIn(obj.(*corev1.Pod), network.UID, ps) {
-			pods = append(pods, cache.MetaObjectToName(obj.(*corev1.Pod)).String())
+		if pod := obj.(*corev1.Pod); match(pod) {
+			pods = append(pods, cache.MetaObjectToName(pod).String())
 		}
 	}
 	slices.Sort(pods)
-	count := int64(len(pods))
-	// On the leader, pods whose allocation is still being written are not
-	// in the index yet, but hold their addresses already.
-	if allocated, _ := ps.usage(); count == 0 && allocated > 0 {
-		count = 1
-	}
-	return netselect.Holders{Count: count, Pods: pods[:min(limit, len(pods))]}, nil
+	return netselect.Holders{Count: int64(len(pods)), Pods: pods[:min(limit, len(pods))]}, nil
 }
 
 // routes are the routes network hands its pods, as an allocation records
@@ -604,29 +613,19 @@ func (c *Controller) routes(network *samplecrdv2.Network) []netselect.Route {
 func (c *Controller) HeldIn(network *samplecrdv2.Network, r ipam.Range, limit int) (netselect.Holders, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
-	if err != nil {
-		return netselect.Holders{}, err
-	}
-	var pods []string
-	for _, obj := range objs {
-		pod := obj.(*corev1.Pod)
-		if slices.ContainsFunc(podAddresses(pod, network.UID), func(p netip.Prefix) bool { return r.Contains(p.Addr()) }) {
-			pods = append(pods, cache.MetaObjectToName(pod).String())
-		}
-	}
-	slices.Sort(pods)
-	count := int64(len(pods))
+	holders, err := c.podsOf(network, limit, func(pod *corev1.Pod) bool {
+		return slices.ContainsFunc(podAddresses(pod, network.UID), func(p netip.Prefix) bool { return r.Contains(p.Addr()) })
+	})
 	// On the leader, addresses whose pods' allocations are still being
 	// written are in the pools before they are in the cache.
-	if ps, ok := c.pools[network.UID]; ok && count == 0 {
+	if ps, ok := c.pools[network.UID]; ok && err == nil && holders.Count == 0 {
 		for _, p := range ps {
 			if p.HeldIn(r) > 0 {
-				count = 1
+				holders.Count = 1
 			}
 		}
 	}
-	return netselect.Holders{Count: count, Pods: pods[:min(limit, len(pods))]}, nil
+	return holders, err
 }
 
 // CheckPinned says why the addresses that s pins on network cannot be
@@ -686,19 +685,7 @@ func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Sele
 // addresses until they finish: taking an interface from a running pod is
 // not the allocator's to do.
 func (c *Controller) Outsiders(network *samplecrdv2.Network, limit int) (netselect.Holders, error) {
-	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
-	if err != nil {
-		return netselect.Holders{}, err
-	}
-	var pods []string
-	for _, obj := range objs {
-		pod := obj.(*corev1.Pod)
-		if c.admits(network, pod.Namespace) != nil {
-			pods = append(pods, cache.MetaObjectToName(pod).String())
-		}
-	}
-	slices.Sort(pods)
-	return netselect.Holders{Count: int64(len(pods)), Pods: pods[:min(limit, len(pods))]}, nil
+	return c.podsOf(network, limit, func(pod *corev1.Pod) bool { return c.admits(network, pod.Namespace) != nil })
 }
 
 // holdsIn says whether pod holds an address of one of the pools of the
