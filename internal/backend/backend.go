@@ -89,6 +89,9 @@ type Network struct {
 	// the backend derive it (the linux backend: the underlay's less the
 	// overlay's overhead, or 1500).
 	MTU int
+	// Egress lets the network's traffic out through the node, its source
+	// translated to the node's address.
+	Egress bool
 }
 
 // Validate checks what every backend relies on: an owner UID, one or two

@@ -130,8 +130,8 @@ func podAddress(t *testing.T, env *testenv.Env, ns, name string) string {
 	return have[0].IPs[0]
 }
 
-// Issue 35, spec.routes and spec.mtu against the API server: the schema
-// and the webhook refuse bad routes and MTUs naming the field; a pod's allocation carries
+// Issue 35, spec.routes, spec.mtu and spec.egress against the API
+// server: the schema and the webhook refuse bad ones naming the field; a pod's allocation carries
 // the routes, via defaulted to the gateway, for the CNI plugin.
 func TestRoutesAreValidatedAndAllocated(t *testing.T) {
 	env := testenv.Get(t)
@@ -170,6 +170,11 @@ func TestRoutesAreValidatedAndAllocated(t *testing.T) {
 			return err
 		}, tc.want)
 	}
+	requireRefused(t, "an egress mode netop does not have", func(ctx context.Context) error {
+		_, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "bad-egress"},
+			Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.175.0.0/24"}, Egress: &samplecrdv2.NetworkEgress{Mode: "Bridge"}}}, metav1.CreateOptions{})
+		return err
+	}, `spec.egress.mode: Unsupported value: "Bridge": supported values: "NAT"`)
 	if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "routed"},
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.174.0.0/24", "fd00:174::/64"},
 			Routes: []samplecrdv2.NetworkRoute{route("10.200.0.0/16", ""), route("fd00:200::/48", "fd00:174::fe")}}}, metav1.CreateOptions{}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -109,8 +110,10 @@ func TestShapedNetwork(t *testing.T) {
 // operator, an agent per node), a Network's default MTU is the underlay's
 // less VXLAN's 50 bytes, on the pods' interfaces too: a datagram that
 // fills it, with don't-fragment, crosses from a pod on one node to a pod
-// on the other; one byte more is refused at the sender, not lost.
-func TestMTUAcrossNodes(t *testing.T) {
+// on the other; one byte more is refused at the sender, not lost. And
+// egress: a pod routed to the host (outside the cluster) through its
+// Network reaches it only while the Network has egress.
+func TestShapingAcrossNodes(t *testing.T) {
 	nettest.RequireRoot(t)
 	if err := node.Check(); err != nil {
 		t.Fatalf("this host cannot run a node: %v", err)
@@ -174,4 +177,43 @@ func TestMTUAcrossNodes(t *testing.T) {
 	if ok, err := podprobe.DatagramArrives(from.netns, to.addr, 80, mtu-27); ok || !errors.Is(err, unix.EMSGSIZE) {
 		t.Errorf("%d bytes with don't-fragment: answered %v (%v), want refused with EMSGSIZE", mtu-27, ok, err)
 	}
+
+	// Egress: the host, on the underlay (the standalone's first address
+	// of --underlay-cidr), is outside the cluster.
+	var host net.Listener
+	if host, err = net.Listen("tcp4", "10.254.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = host.Close() }()
+	go nettest.AcceptAndClose(host)
+	hostPort := podprobe.Port{Number: host.Addr().(*net.TCPAddr).Port, Protocol: podprobe.TCP}
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
+	if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "out"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.185.0.0/24"}, Routes: []samplecrdv2.NetworkRoute{{Destination: "10.254.0.1/32"}},
+			Egress: &samplecrdv2.NetworkEgress{Mode: samplecrdv2.EgressNAT}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := busyboxPod("egress", corev1.RestartPolicyAlways, "sleep 3600")
+	p.Spec.NodeName = prefix + "-1"
+	p.Annotations = map[string]string{netselect.NetworksAnnotation: "out"}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		return err == nil, fmt.Sprintf("creating pod %s: %v", p.Name, err)
+	})
+	egress := &probedPod{ns: "default", name: "egress"}
+	waitProbedPod(t, kube, dataDir, egress)
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		return podprobe.Reaches(egress.netns, 0, "10.254.0.1", hostPort), "the pod does not reach the host through its Network with egress"
+	})
+	n, err := nets.Get(ctx, "out", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Egress = nil
+	if _, err := nets.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		return !podprobe.Reaches(egress.netns, 0, "10.254.0.1", hostPort), "egress removed, the pod still reaches the host through its Network"
+	})
 }

@@ -155,6 +155,14 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 			return res, err
 		}
 	}
+	egressChanged, err := b.isolation.setEgress(link.Attrs().Index, want.Egress)
+	if err != nil {
+		return res, err
+	}
+	if egressChanged && res.Action == backend.ActionNone {
+		res.Action = backend.ActionUpdated
+		logger.Info("Set the Network's egress", "egress", want.Egress)
+	}
 	if res.Action == backend.ActionNone {
 		logger.V(5).Info("Bridge is up to date")
 	}

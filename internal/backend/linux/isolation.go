@@ -32,6 +32,16 @@ const (
 	chainInput       = "input"
 	chainForward     = "forward"
 	chainFromNetwork = "from-network"
+	// chainEgressNAT translates the source of what leaves a Network with
+	// egress to the node's address.
+	chainEgressNAT = "egress-nat"
+	// setEgress holds the bridges of Networks with egress (spec.egress).
+	setEgress = "egress"
+	// egressMark is the conntrack mark bit of connections leaving a
+	// Network by egress, which the NAT chain translates: a bit of netop's
+	// own in the connection's mark (kube-proxy and the CNI plugins mark
+	// packets, not connections, with theirs).
+	egressMark = 0x10000000
 	// setBridged holds (bridge, bridge) for every netop bridge: a packet
 	// that enters and leaves by the same bridge is bridged (the kernel's
 	// br_netfilter shows bridged packets to the forward hook as coming in
@@ -49,6 +59,9 @@ type isolation struct {
 	// removed since the last full sync: when it reaches 0 the table may be
 	// unused, which a link list then decides.
 	bridges atomic.Int64
+	// egress are the bridges whose Networks have egress, by index, as
+	// their Ensures said: a table programmed whole gets them too.
+	egress map[int]bool
 }
 
 func (i *isolation) conn() (*nftables.Conn, error) { return nftablesConn(i.ns) }
@@ -57,6 +70,7 @@ var (
 	isolationTable = &nftables.Table{Family: nftables.TableFamilyINet, Name: IsolationTable}
 	bridgedSet     = &nftables.Set{Table: isolationTable, Name: setBridged,
 		KeyType: nftables.MustConcatSetType(nftables.TypeIFIndex, nftables.TypeIFIndex), Concatenation: true}
+	egressSet = &nftables.Set{Table: isolationTable, Name: setEgress, KeyType: nftables.TypeIFIndex}
 )
 
 // isolationRule is one rule of the table, tagged so that a check can tell
@@ -70,9 +84,11 @@ type isolationRule struct {
 // isolationRules are the table's rules, in order: from a bridge, the node
 // answers echo requests to that bridge's gateway, neighbour discovery and
 // what belongs to connections it opened; nothing is forwarded out of a
-// Network, nor into one from elsewhere. setID is the ID of setBridged in
-// the transaction that adds the rules.
-func isolationRules(setID uint32) []isolationRule {
+// Network, nor into one from elsewhere, but for a Network with egress:
+// out to what is not a Network (its connections marked for the NAT
+// chain), and their replies back in. setID and egressID are the IDs of
+// setBridged and setEgress in the transaction that adds the rules.
+func isolationRules(setID, egressID uint32) []isolationRule {
 	group := binaryutil.NativeEndian.PutUint32(BridgeGroup)
 	fromBridge := func(key expr.MetaKey) []expr.Any {
 		return []expr.Any{
@@ -117,8 +133,36 @@ func isolationRules(setID uint32) []isolationRule {
 			&expr.Lookup{SourceRegister: 8, SetName: setBridged, SetID: setID},
 			verdict(expr.VerdictAccept),
 		}},
+		{chainForward, "egress-replies", []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
+			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+				Xor:  binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			verdict(expr.VerdictAccept),
+		}},
+		{chainForward, "egress", []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
+			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},
+			&expr.Meta{Key: expr.MetaKeyOIFGROUP, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: group},
+			&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(^uint32(egressMark)), Xor: binaryutil.NativeEndian.PutUint32(egressMark)},
+			&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+			verdict(expr.VerdictAccept),
+		}},
 		{chainForward, "out-of-a-network", append(fromBridge(expr.MetaKeyIIFGROUP), verdict(expr.VerdictDrop))},
 		{chainForward, "into-a-network", append(fromBridge(expr.MetaKeyOIFGROUP), verdict(expr.VerdictDrop))},
+		{chainEgressNAT, "masquerade", []expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(egressMark), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Masq{},
+		}},
 	}
 }
 
@@ -131,6 +175,7 @@ func isolationChains() []*nftables.Chain {
 		{Name: chainInput, Table: isolationTable, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept},
 		{Name: chainForward, Table: isolationTable, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept},
 		{Name: chainFromNetwork, Table: isolationTable},
+		{Name: chainEgressNAT, Table: isolationTable, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept},
 	}
 }
 
@@ -161,7 +206,11 @@ func (i *isolation) program(c *nftables.Conn, bridges []int) error {
 	if err := c.AddSet(&set, bridgedElements(bridges...)); err != nil {
 		return fmt.Errorf("isolation set: %w", err)
 	}
-	for _, r := range isolationRules(set.ID) {
+	egress := *egressSet
+	if err := c.AddSet(&egress, egressElements(i.egressOf(bridges)...)); err != nil {
+		return fmt.Errorf("egress set: %w", err)
+	}
+	for _, r := range isolationRules(set.ID, egress.ID) {
 		c.AddRule(&nftables.Rule{Table: isolationTable, Chain: chains[r.chain], Exprs: r.exprs, UserData: []byte(r.tag)})
 	}
 	if err := c.Flush(); err != nil {
@@ -195,7 +244,7 @@ func (i *isolation) inOrder(c *nftables.Conn) (bool, error) {
 		return false, nil
 	}
 	tags := map[string][]string{}
-	for _, r := range isolationRules(0) {
+	for _, r := range isolationRules(0, 0) {
 		tags[r.chain] = append(tags[r.chain], r.tag)
 	}
 	for _, ch := range want {
@@ -215,8 +264,66 @@ func (i *isolation) inOrder(c *nftables.Conn) (bool, error) {
 			return false, nil
 		}
 	}
-	if _, err := c.GetSetByName(isolationTable, setBridged); err != nil {
-		return false, nil //nolint:nilerr // a missing set is a table to repair
+	for _, name := range []string{setBridged, setEgress} {
+		if _, err := c.GetSetByName(isolationTable, name); err != nil {
+			return false, nil //nolint:nilerr // a missing set is a table to repair
+		}
+	}
+	return true, nil
+}
+
+// egressElements are the elements of setEgress for the bridges of
+// indexes.
+func egressElements(indexes ...int) []nftables.SetElement {
+	elements := make([]nftables.SetElement, 0, len(indexes))
+	for _, index := range indexes {
+		elements = append(elements, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(index))})
+	}
+	return elements
+}
+
+// egressOf are those of bridges whose Networks have egress.
+func (i *isolation) egressOf(bridges []int) []int {
+	var out []int
+	for _, index := range bridges {
+		if i.egress[index] {
+			out = append(out, index)
+		}
+	}
+	return out
+}
+
+// setEgress lets the Network of the bridge of index out through the node,
+// or not, and reports whether that changed; the table exists (add made
+// it).
+func (i *isolation) setEgress(index int, on bool) (changed bool, err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.egress[index] == on {
+		return false, nil
+	}
+	c, err := i.conn()
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	if on {
+		err = c.SetAddElements(egressSet, egressElements(index))
+	} else {
+		err = c.SetDeleteElements(egressSet, egressElements(index))
+	}
+	if err == nil {
+		err = c.Flush()
+	}
+	if err != nil {
+		return false, fmt.Errorf("egress of bridge %d in nftables set %s: %w", index, setEgress, err)
+	}
+	if i.egress == nil {
+		i.egress = map[int]bool{}
+	}
+	if on {
+		i.egress[index] = true
+	} else {
+		delete(i.egress, index)
 	}
 	return true, nil
 }
@@ -268,6 +375,15 @@ func (i *isolation) remove(links func() ([]netlink.Link, error), index int) erro
 	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("removing bridge %d from nftables set %s: %w", index, setBridged, err)
 	}
+	if i.egress[index] {
+		delete(i.egress, index)
+		if err := c.SetDeleteElements(egressSet, egressElements(index)); err != nil {
+			return fmt.Errorf("egress set: %w", err)
+		}
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("removing bridge %d from nftables set %s: %w", index, setEgress, err)
+		}
+	}
 	if i.bridges.Add(-1) > 0 {
 		return nil
 	}
@@ -313,6 +429,10 @@ func (i *isolation) sync(bridges []int) (repaired bool, err error) {
 	c.FlushSet(bridgedSet)
 	if err := c.SetAddElements(bridgedSet, bridgedElements(bridges...)); err != nil {
 		return false, fmt.Errorf("isolation set: %w", err)
+	}
+	c.FlushSet(egressSet)
+	if err := c.SetAddElements(egressSet, egressElements(i.egressOf(bridges)...)); err != nil {
+		return false, fmt.Errorf("egress set: %w", err)
 	}
 	if err := c.Flush(); err != nil {
 		return false, fmt.Errorf("rewriting nftables set %s: %w", setBridged, err)

@@ -270,7 +270,7 @@ func BenchmarkIsolationProgram(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(len(isolationRules(0))), "rules")
+			b.ReportMetric(float64(len(isolationRules(0, 0))), "rules")
 			b.ReportMetric(float64(n), "set-elements")
 		})
 	}

@@ -82,7 +82,7 @@ func (c *Controller) inSync(n *samplecrdv2.Network, observed map[types.UID]backe
 		return !ok && !c.arbiter.Present(n.UID) && n.Status.Backend == nil
 	}
 	// A record without the cluster is adopted by the sync rewriting it.
-	built := ok && o.Cluster == c.cluster && o.Provides(backendNetwork(o.Owner, families, n.Spec.MTU))
+	built := ok && o.Cluster == c.cluster && o.Provides(backendNetwork(o.Owner, families, n.Spec))
 	return c.outcome.inSync(n, o, built)
 }
 

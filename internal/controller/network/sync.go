@@ -69,7 +69,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return nil
 	}
 
-	want := backendNetwork(c.owner(n), families, n.Spec.MTU)
+	want := backendNetwork(c.owner(n), families, n.Spec)
 	var ok bool
 	if want.VNI, ok = c.outcome.setVNI(n); !ok {
 		return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonBackendError, "every VXLAN network identifier is taken", n.Status.Backend)
@@ -106,9 +106,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 }
 
 // backendNetwork is the backend network of families, the first the
-// primary, carrying mtu packets (0: the backend's default).
-func backendNetwork(owner backend.Owner, families netspec.Families, mtu int32) backend.Network {
-	want := backend.Network{Owner: owner, Families: make([]backend.Family, 0, len(families)), MTU: int(mtu)}
+// primary, shaped by spec: its MTU and egress.
+func backendNetwork(owner backend.Owner, families netspec.Families, spec samplecrdv2.NetworkSpec) backend.Network {
+	want := backend.Network{Owner: owner, Families: make([]backend.Family, 0, len(families)), MTU: int(spec.MTU), Egress: spec.Egress != nil}
 	for _, f := range families {
 		want.Families = append(want.Families, backend.Family{CIDR: f.Prefix, Gateway: f.Gateway})
 	}

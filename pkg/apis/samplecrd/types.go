@@ -19,7 +19,8 @@ type Network struct {
 // first the primary one (the only one v1 has), and their gateways, in
 // the order of the cidrs (empty: defaulted), the namespaces besides
 // its own whose pods may join it (nil: none), and how it is shaped:
-// addresses kept from pods, routes handed to them, its MTU (0: derived).
+// addresses kept from pods, routes handed to them, its MTU (0: derived),
+// and whether pods reach outside through their node.
 type NetworkSpec struct {
 	CIDRs             []string
 	Gateways          []string
@@ -27,7 +28,16 @@ type NetworkSpec struct {
 	Reserved          []string
 	Routes            []NetworkRoute
 	MTU               int32
+	Egress            *NetworkEgress
 }
+
+// NetworkEgress says how a Network's pods reach outside the cluster.
+type NetworkEgress struct {
+	Mode EgressMode
+}
+
+// EgressMode is how: NAT.
+type EgressMode string
 
 // NetworkRoute is a route handed to the pods of a Network: to
 // Destination through Via (empty: the gateway).

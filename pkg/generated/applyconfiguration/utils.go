@@ -92,6 +92,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &samplecrdv2.NetworkAddressesApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkBackendStatus"):
 		return &samplecrdv2.NetworkBackendStatusApplyConfiguration{}
+	case v2.SchemeGroupVersion.WithKind("NetworkEgress"):
+		return &samplecrdv2.NetworkEgressApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkNodes"):
 		return &samplecrdv2.NetworkNodesApplyConfiguration{}
 	case v2.SchemeGroupVersion.WithKind("NetworkRoute"):

@@ -30,7 +30,7 @@ const (
 	NamespaceSelectorAnnotation = GroupName + "/namespace-selector"
 	// SpecShapeAnnotation holds the fields of v2's spec that shape a
 	// Network and that v1 has none of (spec.reserved, spec.routes,
-	// spec.mtu), as JSON.
+	// spec.mtu, spec.egress's mode), as JSON.
 	SpecShapeAnnotation = GroupName + "/spec-shape"
 )
 
@@ -39,6 +39,11 @@ type shape struct {
 	Reserved []string     `json:"reserved,omitempty"`
 	Routes   []shapeRoute `json:"routes,omitempty"`
 	MTU      int32        `json:"mtu,omitempty"`
+	Egress   *shapeEgress `json:"egress,omitempty"`
+}
+
+type shapeEgress struct {
+	Mode string `json:"mode"`
 }
 
 type shapeRoute struct {
@@ -48,16 +53,24 @@ type shapeRoute struct {
 
 func shapeOf(spec *samplecrd.NetworkSpec) shape {
 	s := shape{Reserved: spec.Reserved, MTU: spec.MTU}
+	if spec.Egress != nil {
+		s.Egress = &shapeEgress{Mode: string(spec.Egress.Mode)}
+	}
 	for _, r := range spec.Routes {
 		s.Routes = append(s.Routes, shapeRoute(r))
 	}
 	return s
 }
 
-func (s shape) empty() bool { return len(s.Reserved) == 0 && len(s.Routes) == 0 && s.MTU == 0 }
+func (s shape) empty() bool {
+	return len(s.Reserved) == 0 && len(s.Routes) == 0 && s.MTU == 0 && s.Egress == nil
+}
 
 func (s shape) restore(spec *samplecrd.NetworkSpec) {
 	spec.Reserved, spec.MTU = s.Reserved, s.MTU
+	if s.Egress != nil {
+		spec.Egress = &samplecrd.NetworkEgress{Mode: samplecrd.EgressMode(s.Egress.Mode)}
+	}
 	for _, r := range s.Routes {
 		spec.Routes = append(spec.Routes, samplecrd.NetworkRoute(r))
 	}

@@ -243,6 +243,7 @@ func autoConvert_samplecrd_NetworkSpec_To_v1_NetworkSpec(in *samplecrd.NetworkSp
 	// WARNING: in.Reserved requires manual conversion: does not exist in peer-type
 	// WARNING: in.Routes requires manual conversion: does not exist in peer-type
 	// WARNING: in.MTU requires manual conversion: does not exist in peer-type
+	// WARNING: in.Egress requires manual conversion: does not exist in peer-type
 	return nil
 }
 

@@ -117,7 +117,30 @@ type NetworkSpec struct {
 	// +kubebuilder:validation:Minimum=576
 	// +kubebuilder:validation:Maximum=9216
 	MTU int32 `json:"mtu,omitempty"`
+	// egress, if set, lets the Network's pods reach addresses outside the
+	// cluster through their node: what their routes (spec.routes) send
+	// to the gateway leaves the node with the node's address as its
+	// source. Never into another Network nor to the node's own services:
+	// the isolation rules hold. Absent, nothing leaves the Network.
+	// +optional
+	Egress *NetworkEgress `json:"egress,omitempty"`
 }
+
+// NetworkEgress says how a Network's pods reach outside the cluster.
+type NetworkEgress struct {
+	// mode is how: NAT, through the pod's node, the source translated to
+	// the node's address (masquerade).
+	// +required
+	Mode EgressMode `json:"mode"`
+}
+
+// EgressMode is how a Network's pods reach outside the cluster.
+// +kubebuilder:validation:Enum=NAT
+type EgressMode string
+
+// EgressNAT sends pods' packets out through their node, source-NATed to
+// the node's address.
+const EgressNAT EgressMode = "NAT"
 
 // NetworkRoute is a route handed to the pods of a Network.
 type NetworkRoute struct {

@@ -72,6 +72,12 @@ type NetworkSpecApplyConfiguration struct {
 	// own. A Network with an IPv6 cidr needs at least 1280. Pods attached
 	// before a change keep the MTU they got.
 	MTU *int32 `json:"mtu,omitempty"`
+	// egress, if set, lets the Network's pods reach addresses outside the
+	// cluster through their node: what their routes (spec.routes) send
+	// to the gateway leaves the node with the node's address as its
+	// source. Never into another Network nor to the node's own services:
+	// the isolation rules hold. Absent, nothing leaves the Network.
+	Egress *NetworkEgressApplyConfiguration `json:"egress,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -136,5 +142,13 @@ func (b *NetworkSpecApplyConfiguration) WithRoutes(values ...*NetworkRouteApplyC
 // If called multiple times, the MTU field is set to the value of the last call.
 func (b *NetworkSpecApplyConfiguration) WithMTU(value int32) *NetworkSpecApplyConfiguration {
 	b.MTU = &value
+	return b
+}
+
+// WithEgress sets the Egress field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Egress field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithEgress(value *NetworkEgressApplyConfiguration) *NetworkSpecApplyConfiguration {
+	b.Egress = value
 	return b
 }
