@@ -111,17 +111,19 @@ func isolationRules(setID, egressID uint32) []isolationRule {
 		&expr.Fib{Register: 1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 	}
+	// The packet belongs to a connection seen both ways, or to one it
+	// opened.
+	established := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
 	return []isolationRule{
 		{chainInput, "from-a-network", append(fromBridge(expr.MetaKeyIIFGROUP),
 			&expr.Verdict{Kind: expr.VerdictJump, Chain: chainFromNetwork})},
-		{chainFromNetwork, "established", []expr.Any{
-			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-				Xor:  binaryutil.NativeEndian.PutUint32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-			verdict(expr.VerdictAccept),
-		}},
+		{chainFromNetwork, "established", append(slices.Clone(established), verdict(expr.VerdictAccept))},
 		{chainFromNetwork, "echo", slices.Concat(toThisGateway, icmp(unix.IPPROTO_ICMP, 8), []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainFromNetwork, "echo6", slices.Concat(toThisGateway, icmp(unix.IPPROTO_ICMPV6, 128), []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainFromNetwork, "neighbour-solicitation", append(icmp(unix.IPPROTO_ICMPV6, 135), verdict(expr.VerdictAccept))},
@@ -133,16 +135,10 @@ func isolationRules(setID, egressID uint32) []isolationRule {
 			&expr.Lookup{SourceRegister: 8, SetName: setBridged, SetID: setID},
 			verdict(expr.VerdictAccept),
 		}},
-		{chainForward, "egress-replies", []expr.Any{
+		{chainForward, "egress-replies", slices.Concat([]expr.Any{
 			&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
 			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},
-			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-				Xor:  binaryutil.NativeEndian.PutUint32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-			verdict(expr.VerdictAccept),
-		}},
+		}, established, []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainForward, "egress", []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
 			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},
