@@ -138,7 +138,9 @@ func TestRoutesAreValidatedAndAllocated(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
 	nets := env.Netop.SamplecrdV2().Networks(ns)
-	route := func(dst, via string) samplecrdv2.NetworkRoute { return samplecrdv2.NetworkRoute{Destination: dst, Via: via} }
+	route := func(dst, via string) samplecrdv2.NetworkRoute {
+		return samplecrdv2.NetworkRoute{Destination: dst, Via: via}
+	}
 	for i, tc := range []struct {
 		routes []samplecrdv2.NetworkRoute
 		want   string
