@@ -93,6 +93,25 @@ func TestReservedAddresses(t *testing.T) {
 		t.Errorf("the next pod got %s, want 10.173.0.22/24", got)
 	}
 
+	// An entry removed is free at once.
+	n, err := nets.Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Reserved = n.Spec.Reserved[1:]
+	if _, err := nets.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		n, err := nets.Get(ctx, "kept", metav1.GetOptions{})
+		return err == nil && n.Status.Addresses != nil && n.Status.Addresses.Reserved == "16", fmt.Sprintf("%+v %v", n.Status.Addresses, err)
+	})
+	eventuallyAdmitted(t, env, networkPod(ns, "third", "kept"))
+	waitAllocated(t, env, ns, "third", ns+"/kept")
+	if got := podAddress(t, env, ns, "third"); got != "10.173.0.2/24" {
+		t.Errorf("after 10.173.0.2-10.173.0.20 was removed from the list, the next pod got %s, want 10.173.0.2/24", got)
+	}
+
 	// A v1 client reads the list in an annotation and keeps it.
 	v1 := env.Netop.SamplecrdV1().Networks(ns)
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -101,7 +120,7 @@ func TestReservedAddresses(t *testing.T) {
 			return false, err
 		}
 		var shape struct{ Reserved []string }
-		if err := json.Unmarshal([]byte(n.Annotations[samplecrdv1.SpecShapeAnnotation]), &shape); err != nil || len(shape.Reserved) != 3 {
+		if err := json.Unmarshal([]byte(n.Annotations[samplecrdv1.SpecShapeAnnotation]), &shape); err != nil || len(shape.Reserved) != 2 {
 			return false, fmt.Errorf("v1 annotations %v: %v", n.Annotations, err)
 		}
 		n.Labels = map[string]string{"touched": "by-v1"}
@@ -110,8 +129,8 @@ func TestReservedAddresses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := nets.Get(ctx, "kept", metav1.GetOptions{})
-	if err != nil || n.Labels["touched"] != "by-v1" || strings.Join(n.Spec.Reserved, ",") != "10.173.0.2-10.173.0.20,10.173.0.240/28,10.173.0.21" {
+	n, err = nets.Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil || n.Labels["touched"] != "by-v1" || strings.Join(n.Spec.Reserved, ",") != "10.173.0.240/28,10.173.0.21" {
 		t.Errorf("after a v1 update: labels %v, reserved %v (%v)", n.Labels, n.Spec.Reserved, err)
 	}
 }
