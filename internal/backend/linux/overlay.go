@@ -87,9 +87,10 @@ func (o *Overlay) overhead() int {
 }
 
 // underlayMTU is the MTU of the interface that carries the local address,
-// read at most every underlayMTUFresh. That interface is looked for once, in one address dump, and then only
-// checked: with a bridge per Network, looking at every link's addresses
-// for every VXLAN device made would cost a dump per link per Network.
+// read at most every underlayMTUFresh. That interface is looked for once,
+// in one address dump, and then only checked: with a bridge per Network,
+// looking at every link's addresses for every VXLAN device made would
+// cost a dump per link per Network.
 func (b *Backend) underlayMTU() (int, error) {
 	o := b.overlay
 	o.mu.Lock()
