@@ -199,6 +199,21 @@ type Status struct {
 	} `json:"dns"`
 }
 
+// StatusesOf are the network-status entries of allocations: each
+// interface's addresses without their prefix length, as Multus writes
+// them.
+func StatusesOf(allocations []Allocation) []Status {
+	statuses := make([]Status, 0, len(allocations))
+	for _, a := range allocations {
+		s := Status{Name: a.Network, Interface: a.Interface, MAC: a.MAC}
+		for _, ip := range a.IPs {
+			s.IPs = append(s.IPs, strings.SplitN(ip, "/", 2)[0])
+		}
+		statuses = append(statuses, s)
+	}
+	return statuses
+}
+
 // StatusAnnotationValue is the annotation's value for statuses.
 func StatusAnnotationValue(statuses []Status) (string, error) {
 	data, err := json.MarshalIndent(statuses, "", "    ")

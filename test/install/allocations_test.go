@@ -24,8 +24,8 @@ import (
 // who may create and update pods in their namespace is refused, by the API
 // server itself (netop's ValidatingAdmissionPolicy), a pod that carries
 // allocations or a refusal of its own making, and an update that adds or
-// changes them; their ordinary pods are admitted, and netop's controller
-// may write them.
+// changes them, through the pod or its status; their ordinary pods are
+// admitted, and netop's controller may write them.
 func TestOnlyNetopWritesAllocations(t *testing.T) {
 	env := testenv.Get(t)
 	applyManifests(t, env)
@@ -74,6 +74,24 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.AllocationsAnnotation: forged}}})
 	_, err = mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	refused("adding allocations to a pod", err, netselect.AllocationsAnnotation)
+
+	// Nor through the pod's status, for whoever may write it (kubelets).
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-status"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err != nil && !apierrors.IsForbidden(err) || err != nil && strings.Contains(err.Error(), "only netop writes"), fmt.Sprintf("adding allocations through the pod's status: %v", err)
+	})
+	_, err = mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	refused("adding allocations through the pod's status", err, netselect.AllocationsAnnotation)
 
 	// netop's controller writes them, as it does: a merge patch.
 	controller := as("system:serviceaccount:"+operatorNamespace+":netop", serviceAccountGroups...)

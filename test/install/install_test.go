@@ -178,7 +178,8 @@ func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 		{false, "create", "", "serviceaccounts/token", "kube-system", "netop-cni"},
 	})
 	// The CNI plugin, whose token lies on every host: it reads the pods it
-	// attaches, and nothing else.
+	// attaches (and writes their network-status through pods/status, which
+	// TestCNIWritesOnlyNetworkStatus checks), and nothing else.
 	wantAccess(t, env, "system:serviceaccount:"+operatorNamespace+":netop-cni", []access{
 		{true, "get", "", "pods", "default", "p"},
 		{true, "watch", "", "pods", "default", ""},

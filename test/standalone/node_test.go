@@ -193,18 +193,7 @@ func TestNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var status []struct {
-				Name, Interface, Mac string
-				IPs                  []string
-			}
-			if err := json.Unmarshal([]byte(pod.Annotations[netselect.StatusAnnotation]), &status); err != nil || len(status) != 1 ||
-				status[0].Name != "default/"+network.Name || status[0].Interface != "net1" || !slices.Equal(status[0].IPs, []string{addrs[name]}) {
-				t.Errorf("pod %s: network-status %s (%v), want net1 on default/%s with %s", name, pod.Annotations[netselect.StatusAnnotation], err, network.Name, addrs[name])
-			}
-			mac := strings.TrimSpace(execIn(t, cfg, kube, name, "cat", "/sys/class/net/net1/address"))
-			if len(status) == 1 && status[0].Mac != mac {
-				t.Errorf("pod %s: network-status says MAC %s, net1 has %s", name, status[0].Mac, mac)
-			}
+			checkNetworkStatus(t, cfg, kube, pod, network.Name, addrs[name])
 		}
 		if addrs["na"] == addrs["nb"] {
 			t.Fatalf("both pods have %s", addrs["na"])
@@ -622,4 +611,61 @@ func deletePods(t *testing.T, kube kubernetes.Interface, namespaces ...string) {
 		}
 		return left == 0, fmt.Sprintf("%d pods left", left)
 	})
+}
+
+// checkNetworkStatus checks pod's k8s.v1.cni.cncf.io/network-status
+// against the Network Plumbing Working Group's multi-network
+// specification, as Multus writes it: the default interface first (eth0,
+// "default": true, the pod's own addresses and eth0's MAC, named after
+// the pod network's configuration), then net1 on Network default/network
+// with addr; every entry with name, interface, ips, mac and dns.
+func checkNetworkStatus(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod *corev1.Pod, network, addr string) {
+	t.Helper()
+	// Written by the CNI plugin once it attached net1: an instant after
+	// the pod ran, perhaps.
+	var raw string
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod, raw = got, got.Annotations[netselect.StatusAnnotation]
+		return strings.Contains(raw, `"default": true`), "network-status without the default interface: " + raw
+	})
+	var entries []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &entries); err != nil || len(entries) != 2 {
+		t.Fatalf("pod %s: network-status %s (%v), want two entries", pod.Name, raw, err)
+	}
+	type entry struct {
+		Name, Interface, Mac string
+		IPs                  []string
+		Default              bool
+		DNS                  *struct{ Nameservers []string }
+	}
+	var got []entry
+	for i, e := range entries {
+		for _, field := range []string{"name", "interface", "ips", "mac", "dns"} {
+			if _, ok := e[field]; !ok {
+				t.Errorf("pod %s: network-status entry %d has no %q: %s", pod.Name, i, field, raw)
+			}
+		}
+		data, _ := json.Marshal(e)
+		var parsed entry
+		if err := json.Unmarshal(data, &parsed); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, parsed)
+	}
+	var podIPs []string
+	for _, ip := range pod.Status.PodIPs {
+		podIPs = append(podIPs, ip.IP)
+	}
+	eth0 := strings.TrimSpace(execIn(t, cfg, kube, pod.Name, "cat", "/sys/class/net/eth0/address"))
+	if d := got[0]; d.Name != "netop-pods" || d.Interface != "eth0" || !d.Default || !slices.Equal(d.IPs, podIPs) || d.Mac != eth0 {
+		t.Errorf("pod %s: network-status's default entry %+v, want eth0 of netop-pods, default, with %v and MAC %s", pod.Name, d, podIPs, eth0)
+	}
+	net1 := strings.TrimSpace(execIn(t, cfg, kube, pod.Name, "cat", "/sys/class/net/net1/address"))
+	if n := got[1]; n.Name != "default/"+network || n.Interface != "net1" || n.Default || !slices.Equal(n.IPs, []string{addr}) || n.Mac != net1 {
+		t.Errorf("pod %s: network-status's second entry %+v, want net1 on default/%s with %s and MAC %s", pod.Name, n, network, addr, net1)
+	}
 }

@@ -3,6 +3,7 @@ package standalone
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -147,6 +148,18 @@ func TestNodesWithManifests(t *testing.T) {
 		p.Annotations = map[string]string{netselect.NetworksAnnotation: network.Name}
 		runPod(t, kube, p)
 		waitRunning(t, kube, p.Name, "c")
+		// The plugin, with its node-bound token, wrote network-status
+		// whole: the pod's eth0 first.
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			got, err := kube.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var status []netselect.Status
+			_ = json.Unmarshal([]byte(got.Annotations[netselect.StatusAnnotation]), &status)
+			return len(status) == 2 && status[0].Default && status[0].Interface == "eth0" && status[1].Interface == "net1",
+				fmt.Sprintf("pod %s: network-status %s", p.Name, got.Annotations[netselect.StatusAnnotation])
+		})
 		fields := strings.Fields(execIn(t, cfg, kube, p.Name, "sh", "-c", "ip -4 -o addr show dev net1"))
 		if len(fields) < 4 {
 			t.Fatalf("pod %s: net1 %q", p.Name, fields)

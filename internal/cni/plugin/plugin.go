@@ -41,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	apitypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -194,7 +195,11 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	allocations, err := podAllocations(ctx, conf.Kubeconfig, string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID))
+	kube, err := podClient(conf.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	pod, allocations, err := podAllocations(ctx, kube, string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID))
 	if err != nil {
 		return err
 	}
@@ -272,6 +277,14 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 		}
 		for _, r := range at.Routes {
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
+		}
+	}
+	if conf.Network == "" && conf.PrevResult != nil {
+		// Chained after the pod network's plugin, netop knows the default
+		// interface too; as Multus's delegate, Multus writes the status.
+		if err := writeNetworkStatus(ctx, kube, pod, conf.Name, args, result, allocations); err != nil {
+			// The pod works; the status the allocator wrote stands.
+			log.Error(err, "Writing the pod's network-status")
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
@@ -358,17 +371,52 @@ func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, 
 
 // podAllocations waits until the pod's allocations are written, and returns
 // them (none if it declares no Networks).
-func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string) ([]netselect.Allocation, error) {
+// podClient is the plugin's API client, for one pod.
+func podClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("network configuration: kubeconfig %q: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = Type + "/" + version.String()
 	cfg.QPS, cfg.Burst = 10, 20 // one pod
-	kube, err := kubeclient.New(cfg, kubeclient.Protobuf)
-	if err != nil {
-		return nil, err
+	return kubeclient.New(cfg, kubeclient.Protobuf)
+}
+
+// writeNetworkStatus writes the pod's network-status as Multus does: the
+// default interface first (the runtime's interface in prevResult, named
+// after the pod network's configuration, "default": true), then netop's
+// interfaces as attached. One patch of pods/status, which the node's own
+// credentials may make on its pods (the kubelet's NodeRestriction), and
+// which holds only if the pod is still the one read.
+func writeNetworkStatus(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, network string, args *skel.CmdArgs, result *current.Result, allocations []netselect.Allocation) error {
+	def := netselect.Status{Name: network, Interface: args.IfName, Default: true}
+	def.DNS.Nameservers = result.DNS.Nameservers
+	for i, iface := range result.Interfaces {
+		if iface.Name != args.IfName || iface.Sandbox == "" {
+			continue
+		}
+		def.MAC = iface.Mac
+		for _, ip := range result.IPs {
+			if ip.Interface != nil && *ip.Interface == i {
+				def.IPs = append(def.IPs, ip.Address.IP.String())
+			}
+		}
 	}
+	status, err := netselect.StatusAnnotationValue(append([]netselect.Status{def}, netselect.StatusesOf(allocations)...))
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]any{netselect.StatusAnnotation: status}}})
+	if err != nil {
+		return err
+	}
+	if _, err := kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, apitypes.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+func podAllocations(ctx context.Context, kube kubernetes.Interface, namespace, name, uid string) (*corev1.Pod, []netselect.Allocation, error) {
 	// Usually the allocation is there before the sandbox is made; when it
 	// is not, one watch of the pod waits for it rather than polling, which
 	// would put a GET per pod every few hundred milliseconds on the API
@@ -379,21 +427,21 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+			return nil, nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 		case err != nil:
 			lastErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 			log.V(vDebug).Info("Reading the pod failed; trying again", "err", lastErr)
 		case uid != "" && string(pod.UID) != uid:
-			return nil, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
+			return nil, nil, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
 		default:
 			allocations, done, why := allocated(pod)
 			if done {
 				log.V(vDebug).Info("Read the pod's allocations", "allocations", len(allocations))
-				return allocations, nil
+				return pod, allocations, nil
 			}
 			if refused, ok := pod.Annotations[netselect.RefusedAnnotation]; ok {
 				// Waiting would only delay the same answer.
-				return nil, fmt.Errorf("pod %s/%s: netop refuses its Networks: %s", namespace, name, refused)
+				return nil, nil, fmt.Errorf("pod %s/%s: netop refuses its Networks: %s", namespace, name, refused)
 			}
 			lastErr = why
 			log.V(vDebug).Info("Waiting for the pod's allocations", "reason", why.Error())
@@ -402,13 +450,13 @@ func podAllocations(ctx context.Context, kubeconfig, namespace, name, uid string
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, lastErr
+			return nil, nil, lastErr
 		}
 		if err != nil {
 			// A failed read: try again shortly.
 			select {
 			case <-ctx.Done():
-				return nil, lastErr
+				return nil, nil, lastErr
 			case <-time.After(200 * time.Millisecond):
 			}
 		}

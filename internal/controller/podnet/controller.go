@@ -817,15 +817,7 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	if err != nil {
 		return err
 	}
-	var statuses []netselect.Status
-	for _, a := range allocations {
-		s := netselect.Status{Name: a.Network, Interface: a.Interface, MAC: a.MAC}
-		for _, ip := range a.IPs {
-			s.IPs = append(s.IPs, strings.SplitN(ip, "/", 2)[0])
-		}
-		statuses = append(statuses, s)
-	}
-	status, err := netselect.StatusAnnotationValue(statuses)
+	status, err := netselect.StatusAnnotationValue(netselect.StatusesOf(allocations))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,84 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+)
+
+// Issue 35: the CNI plugin's identity, whose token lies on every host,
+// writes the network-status of its own node's pods through pods/status,
+// and nothing else there: not another node's pods, not another annotation
+// (the allocations least of all), not the pod's status.
+func TestCNIWritesOnlyNetworkStatus(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	pod := func(name, node string) *corev1.Pod {
+		p, err := env.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"team": "x"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mine, theirs := pod("mine", "node-a"), pod("theirs", "node-b")
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operatorNamespace + ":netop-cni", Groups: serviceAccountGroups,
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
+	plugin := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(p *corev1.Pod, body map[string]any) error {
+		data, _ := json.Marshal(body)
+		_, err := plugin.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
+		return err
+	}
+	annotations := func(kv ...string) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return map[string]any{"metadata": map[string]any{"annotations": m}}
+	}
+	status := `[{"name":"netop-pods","interface":"eth0","ips":["10.88.0.5"],"mac":"0a:58:0a:58:00:05","default":true,"dns":{}}]`
+	// The policy takes a moment to be enforced once created.
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		err := patch(theirs, annotations(netselect.StatusAnnotation, status))
+		return err != nil, fmt.Sprintf("writing another node's pod's network-status: %v", err)
+	})
+	if err := patch(mine, annotations(netselect.StatusAnnotation, status)); err != nil {
+		t.Fatalf("the plugin of node-a writing its pod's network-status: %v", err)
+	}
+	for _, c := range []struct {
+		what string
+		pod  *corev1.Pod
+		body map[string]any
+		want string
+	}{
+		{"another node's pod", theirs, annotations(netselect.StatusAnnotation, status), "the CNI plugin of node node-a may write the network-status only of pods on that node"},
+		{"another annotation", mine, annotations("team", "y"), "may change only the pod's annotation k8s.v1.cni.cncf.io/network-status"},
+		{"the allocations", mine, annotations(netselect.AllocationsAnnotation, "[]"), "may change only the pod's annotation"},
+		{"the pod's phase", mine, map[string]any{"status": map[string]any{"phase": "Failed"}}, "may change only the pod's annotation"},
+	} {
+		if err := patch(c.pod, c.body); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("the plugin writing %s: %v, want refused with %q", c.what, err, c.want)
+		}
+	}
+	got, err := env.Kube.CoreV1().Pods(ns).Get(ctx, "mine", metav1.GetOptions{})
+	if err != nil || got.Annotations[netselect.StatusAnnotation] != status || got.Annotations["team"] != "x" || got.Status.Phase == corev1.PodFailed {
+		t.Errorf("the pod after the plugin's writes: annotations %v, phase %s (%v)", got.Annotations, got.Status.Phase, err)
+	}
+}
