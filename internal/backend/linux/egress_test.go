@@ -3,6 +3,7 @@ package linux
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -98,8 +99,11 @@ func TestEgress(t *testing.T) {
 	if !p.connects(t, "192.0.2.2", 80) {
 		t.Fatal("with egress, the pod does not reach the outside")
 	}
-	for len(accepted) > 0 {
-		seen = <-accepted
+	// The outside's accept of that connection, perhaps an instant later.
+	select {
+	case seen = <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the outside accepted no connection")
 	}
 	if host, _, _ := net.SplitHostPort(seen.String()); host != "192.0.2.1" {
 		t.Errorf("the outside saw the pod as %s, want the node's 192.0.2.1", seen)
