@@ -81,6 +81,19 @@ type isolationRule struct {
 	exprs []expr.Any
 }
 
+// ctEstablished matches, in register reg, a packet of a connection seen
+// both ways or of one it opened: the isolation and policy tables let
+// those pass before anything else.
+func ctEstablished(reg uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
 // isolationRules are the table's rules, in order: from a bridge, the node
 // answers echo requests to that bridge's gateway, neighbour discovery and
 // what belongs to connections it opened; nothing is forwarded out of a
@@ -111,19 +124,10 @@ func isolationRules(setID, egressID uint32) []isolationRule {
 		&expr.Fib{Register: 1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 	}
-	// The packet belongs to a connection seen both ways, or to one it
-	// opened.
-	established := []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}
 	return []isolationRule{
 		{chainInput, "from-a-network", append(fromBridge(expr.MetaKeyIIFGROUP),
 			&expr.Verdict{Kind: expr.VerdictJump, Chain: chainFromNetwork})},
-		{chainFromNetwork, "established", append(slices.Clone(established), verdict(expr.VerdictAccept))},
+		{chainFromNetwork, "established", append(ctEstablished(1), verdict(expr.VerdictAccept))},
 		{chainFromNetwork, "echo", slices.Concat(toThisGateway, icmp(unix.IPPROTO_ICMP, 8), []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainFromNetwork, "echo6", slices.Concat(toThisGateway, icmp(unix.IPPROTO_ICMPV6, 128), []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainFromNetwork, "neighbour-solicitation", append(icmp(unix.IPPROTO_ICMPV6, 135), verdict(expr.VerdictAccept))},
@@ -138,7 +142,7 @@ func isolationRules(setID, egressID uint32) []isolationRule {
 		{chainForward, "egress-replies", slices.Concat([]expr.Any{
 			&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
 			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},
-		}, established, []expr.Any{verdict(expr.VerdictAccept)})},
+		}, ctEstablished(1), []expr.Any{verdict(expr.VerdictAccept)})},
 		{chainForward, "egress", []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
 			&expr.Lookup{SourceRegister: 1, SetName: setEgress, SetID: egressID},

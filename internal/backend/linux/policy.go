@@ -207,12 +207,7 @@ func (p Policies) plan() *policyPlan {
 	group := binaryutil.NativeEndian.PutUint32(BridgeGroup)
 	forward.add(&expr.Meta{Key: expr.MetaKeyIIFGROUP, Register: regMatch},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMatch, Data: group}, &expr.Verdict{Kind: expr.VerdictReturn})
-	forward.add(&expr.Ct{Register: regMatch, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: regMatch, DestRegister: regMatch, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMatch, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Verdict{Kind: expr.VerdictAccept})
+	forward.add(append(ctEstablished(regMatch), &expr.Verdict{Kind: expr.VerdictAccept})...)
 	// Neighbour discovery (router and neighbour solicitations and
 	// advertisements, redirects) is never a policy's: ARP is not IP and
 	// passes no inet hook.
