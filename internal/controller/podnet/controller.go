@@ -381,7 +381,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			c.waitLocked(key, name)
 			return nil, &waitError{reason: ReasonNotAdmitted, msg: err.Error(), refused: true}
 		}
-		pools, err := c.poolsLocked(network)
+		pools, families, err := c.poolsLocked(network)
 		if err != nil {
 			undo()
 			c.waitLocked(key, name)
@@ -416,7 +416,7 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 			a.IPs = append(a.IPs, addr.String())
 		}
 		a.MAC = macFor(addrs[0].Addr(), s.MAC)
-		a.Routes = c.routes(network)
+		a.Routes = routesOf(families)
 		out = append(out, a)
 	}
 	c.held[name] = held{uid: pod.UID, allocations: out}
@@ -463,21 +463,21 @@ func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
 // poolsLocked are the pools of a Network, built from the allocations the
 // pods carry the first time they are needed, and again if the Network's
 // cidrs or gateways changed.
-func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, error) {
+func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, netspec.Families, error) {
 	families, errs := c.resolver.ResolveFamilies(network.Spec)
 	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
+		return nil, nil, errs.ToAggregate()
 	}
 	if ps, ok := c.pools[network.UID]; ok && ps.match(families) {
-		return ps, nil
+		return ps, families, nil
 	}
 	ps, err := newFamilyPools(families)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pods, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, obj := range pods {
 		pod := obj.(*corev1.Pod)
@@ -507,7 +507,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, err
 		}
 	}
 	c.pools[network.UID] = ps
-	return ps, nil
+	return ps, families, nil
 }
 
 // Usage counts the Network's pod interfaces that hold addresses, how many
@@ -516,7 +516,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, err
 func (c *Controller) Usage(network *samplecrdv2.Network) (*samplecrdv2.NetworkAddresses, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ps, err := c.poolsLocked(network)
+	ps, _, err := c.poolsLocked(network)
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +549,7 @@ func (c *Controller) Held(network *samplecrdv2.Network, family netip.Prefix, lim
 // heldLocked counts the holders of addresses of family, or of any family
 // if family is the zero Prefix.
 func (c *Controller) heldLocked(network *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error) {
-	ps, err := c.poolsLocked(network)
+	ps, _, err := c.poolsLocked(network)
 	if err != nil {
 		// No valid spec, no pool: nothing can have been allocated.
 		return netselect.Holders{}, nil //nolint:nilerr
@@ -592,13 +592,9 @@ func (c *Controller) podsOf(network *samplecrdv2.Network, limit int, match func(
 	return netselect.Holders{Count: int64(len(pods)), Pods: pods[:min(limit, len(pods))]}, nil
 }
 
-// routes are the routes network hands its pods, as an allocation records
-// them. Its spec resolved when its pools were made.
-func (c *Controller) routes(network *samplecrdv2.Network) []netselect.Route {
-	if len(network.Spec.Routes) == 0 {
-		return nil
-	}
-	families, _ := c.resolver.ResolveFamilies(network.Spec)
+// routesOf are the routes a Network of families hands its pods, as an
+// allocation records them.
+func routesOf(families netspec.Families) []netselect.Route {
 	var out []netselect.Route
 	for _, f := range families {
 		for _, r := range f.Routes {
@@ -738,7 +734,7 @@ func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselec
 		}
 		// Building the pool takes in every pod's allocations, this one's
 		// among them.
-		if _, err := c.poolsLocked(network); err != nil {
+		if _, _, err := c.poolsLocked(network); err != nil {
 			continue
 		}
 	}
