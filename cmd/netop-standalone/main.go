@@ -36,6 +36,7 @@ import (
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
 	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/standalone/services"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
@@ -46,9 +47,7 @@ func main() {
 		plugin.Main()
 		return
 	}
-	if len(os.Args) > 1 && os.Args[1] == kubeletCommand {
-		runKubelet(os.Args[2:])
-	}
+	runNodeComponent(os.Args[1:])
 	if err := newCommand().Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -99,10 +98,10 @@ func newCommand() *cobra.Command {
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".netop", "Directory for the control plane's state, certificates, kubeconfig and logs. Reused on restart.")
 	cmd.Flags().IntVar(&port, "apiserver-port", 0, "Port of the API server on 127.0.0.1 when the data directory has none recorded yet (0: any free port).")
 	hostname, _ := os.Hostname()
-	cmd.Flags().BoolVar(&nodeOpts.enabled, "node", true, "Run a node (containerd and a kubelet) so that pods run. Where it cannot run, the standalone says what is missing and runs without one.")
+	cmd.Flags().BoolVar(&nodeOpts.enabled, "node", true, "Run a node (containerd, a kubelet and kube-proxy) so that pods run. Where it cannot run, the standalone says what is missing and runs without one.")
 	cmd.Flags().StringVar(&nodeOpts.name, "node-name", strings.ToLower(hostname), "Name of the node.")
-	cmd.Flags().IntVar(&nodeOpts.count, "nodes", 1, "Number of nodes. More than one: each is a machine of its own as far as networking goes (a network namespace with containerd and a kubelet, on an underlay bridge netop-underlay in this host's namespace, named NODE-NAME-1 to -N), and netop runs as a controller and an agent per node, so that Networks span nodes over their VXLAN overlay.")
-	cmd.Flags().StringVar(&nodeOpts.underlay, "underlay-cidr", "10.254.0.0/24", "With --nodes above 1: the underlay's IPv4 prefix; the host gets its first address, the nodes the next ones. Each node's pods get a /24 of "+node.PodCIDR+", routed to it.")
+	cmd.Flags().IntVar(&nodeOpts.count, "nodes", 1, "Number of nodes. Each is a machine of its own as far as networking goes: a network namespace (--netns; with more than one, NETNS-1 to -N, named NODE-NAME-1 to -N) with containerd, a kubelet and kube-proxy, on an underlay bridge in this host's namespace. More than one: netop runs as a controller and an agent per node, so that Networks span nodes over their VXLAN overlay.")
+	cmd.Flags().StringVar(&nodeOpts.underlay, "underlay-cidr", "10.254.0.0/24", "The underlay's IPv4 prefix: the host gets its first address (where the cluster's DNS and the kubernetes Service's endpoint are served), the nodes the next ones. Each node's pods get a /24 of "+node.PodCIDR+", routed to it. Two standalones on one host need different --netns and --underlay-cidr.")
 	cmd.Flags().StringSliceVar(&nodeOpts.archives, "image-archive", nil, "Image tarballs (such as `make image` writes to bin/netop-image.tar) the node serves as if pulled from their registries; repeatable. Tarballs in DIR/images are served too.")
 	cmd.Flags().BoolVar(&nodeOpts.operator, "operator", true, "Run netop's operator in this process. Off, the cluster is bare, to install netop as on any cluster: netop manifests --image REF | kubectl apply -f -.")
 	logOpts.AddFlags(cmd.Flags())
@@ -188,30 +187,23 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
 	var agents []*operator.Options
-	switch {
-	case multi:
+	if nodeOpts.enabled {
 		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Backend.Netns, started)
-		if err != nil {
+		switch {
+		case err != nil && multi:
 			return err
+		case err != nil:
+			logger.Error(err, "Running without a node: pods will be stored but not run")
+		default:
+			defer stopNodes()
 		}
-		defer stopNodes()
-		if nodeOpts.operator {
+		if multi && nodeOpts.operator {
 			for _, n := range nodes {
 				o := *opts
 				o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
 				o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
 				agents = append(agents, &o)
 			}
-		}
-	case nodeOpts.enabled:
-		n, err := startNode(ctx, cp, nodeOpts, node.Config{Name: nodeOpts.name, Kubeconfig: cp.NodeKubeconfigPath, Netns: opts.Backend.Netns}, started)
-		if err != nil {
-			logger.Error(err, "Running without a node: pods will be stored but not run")
-		} else {
-			defer func() {
-				logger.Info("Stopping the node")
-				n.Stop(context.WithoutCancel(ctx))
-			}()
 		}
 	}
 	printKubeconfig := func() error {
@@ -285,15 +277,18 @@ func (o nodeOptions) names() []string {
 	return names
 }
 
-// multiNode is one of several nodes.
-type multiNode struct {
+// standaloneNode is one of the standalone's nodes.
+type standaloneNode struct {
 	name, netns string
 	node        *node.Node
 }
 
-// startNodes makes the underlay and starts the nodes on it, at once, and
-// returns them with the function that stops them and removes the underlay.
-func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, netnsPrefix string, started time.Time) ([]*multiNode, func(), error) {
+// startNodes makes the underlay, serves the cluster's own Services on it,
+// and starts the nodes on it, at once; it returns them with the function
+// that stops them and removes the underlay. One node is the standalone's
+// netns itself, where the operator's bridges are; several are netns-1 to
+// -N, each with its agent.
+func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, netnsPrefix string, started time.Time) ([]*standaloneNode, func(), error) {
 	logger := klog.FromContext(ctx)
 	prefix, err := netip.ParsePrefix(o.underlay)
 	if err != nil {
@@ -303,14 +298,23 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		netnsPrefix = "netop"
 	}
 	names := o.names()
-	nodes := make([]*multiNode, len(names))
+	nodes := make([]*standaloneNode, len(names))
 	netnss := make([]string, len(names))
 	for i, name := range names {
-		netnss[i] = fmt.Sprintf("%s-%d", netnsPrefix, i+1)
-		nodes[i] = &multiNode{name: name, netns: netnss[i]}
+		netnss[i] = netnsPrefix
+		if len(names) > 1 {
+			netnss[i] = fmt.Sprintf("%s-%d", netnsPrefix, i+1)
+		}
+		nodes[i] = &standaloneNode{name: name, netns: netnss[i]}
 	}
-	underlay, err := node.NewUnderlay(prefix, netnss, netip.MustParseAddr(controlplane.KubernetesServiceIP))
+	underlay, err := node.NewUnderlay(netnsPrefix, prefix, netnss)
 	if err != nil {
+		return nil, nil, err
+	}
+	apiServer := strings.TrimPrefix(cp.URL, "https://")
+	svcs, err := services.Start(ctx, services.Config{Admin: cp.AdminConfig(), Kubeconfig: cp.KubeconfigPath, Host: underlay.Host, APIServer: apiServer, LogDir: filepath.Join(cp.DataDir, "logs")})
+	if err != nil {
+		underlay.Remove()
 		return nil, nil, err
 	}
 	stop := func() {
@@ -322,19 +326,25 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 			}
 		}
 		wg.Wait()
+		svcs.Stop()
 		// The nodes' namespaces stay, like the standalone's own: the next
 		// start finds its bridges there.
 		underlay.Remove()
 	}
-	apiServer := strings.TrimPrefix(cp.URL, "https://")
 	var g errgroup.Group
 	for i, n := range nodes {
 		u := underlay.Nodes[i]
+		cfg := node.Config{
+			DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
+			Netns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer,
+			KubeProxyKubeconfig: cp.KubeProxyKubeconfig,
+			ServiceCIDR:         controlplane.ServiceCIDR, ClusterDNS: services.DNSServiceIP, ClusterDomain: services.ClusterDomain,
+		}
+		if len(nodes) == 1 {
+			cfg.DataDir = cp.DataDir
+		}
 		g.Go(func() (err error) {
-			n.node, err = startNode(ctx, cp, o, node.Config{
-				DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
-				HostNetns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer, ServiceIP: controlplane.KubernetesServiceIP,
-			}, started)
+			n.node, err = startNode(ctx, cp, o, cfg, started)
 			return err
 		})
 	}
@@ -351,9 +361,6 @@ func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to run the kubelet: %w", err)
-	}
-	if cfg.DataDir == "" {
-		cfg.DataDir = cp.DataDir
 	}
 	cfg.ClientCAFile, cfg.Executable = cp.CACertPath, self
 	cfg.ImageArchives = o.archives

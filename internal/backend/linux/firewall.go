@@ -122,17 +122,18 @@ func (fw *Firewall) Apply(p Policies) (FirewallStats, error) {
 
 // bridgedTrafficSysctls make br_netfilter show bridged IPv4 and IPv6
 // packets to the inet hooks, per network namespace: at 0, or without the
-// module, pods' traffic bypasses the table and every policy is void.
+// module, pods' traffic bypasses the policy table and every policy is void,
+// and a Service's replies between two pods on one bridge miss conntrack.
 var bridgedTrafficSysctls = []string{"/proc/sys/net/bridge/bridge-nf-call-iptables", "/proc/sys/net/bridge/bridge-nf-call-ip6tables"}
 
-// seeBridgedTraffic makes sure bridged traffic reaches the table: it sets
-// what an administrator turned off, and says what is missing when it
+// SeeBridgedTraffic makes sure bridged traffic in ns reaches netfilter: it
+// sets what an administrator turned off, and says what is missing when it
 // cannot (a node agent's /proc/sys is read-only).
-func (fw *Firewall) seeBridgedTraffic() error {
+func SeeBridgedTraffic(ns netns.NsHandle) error {
 	for _, path := range bridgedTrafficSysctls {
-		value, err := readSysctl(fw.ns, path)
+		value, err := readSysctl(ns, path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s does not exist: the kernel's br_netfilter module is not loaded, so bridged traffic never reaches the policy table (modprobe br_netfilter)", path)
+			return fmt.Errorf("%s does not exist: the kernel's br_netfilter module is not loaded, so bridged traffic never reaches netfilter (policies, Services) (modprobe br_netfilter)", path)
 		}
 		if err != nil {
 			return err
@@ -140,8 +141,8 @@ func (fw *Firewall) seeBridgedTraffic() error {
 		if value == "1" {
 			continue
 		}
-		if err := WriteSysctl(fw.ns, path, "1"); err != nil {
-			return fmt.Errorf("%s is %s, so bridged traffic never reaches the policy table, and setting it to 1: %w", path, value, err)
+		if err := WriteSysctl(ns, path, "1"); err != nil {
+			return fmt.Errorf("%s is %s, so bridged traffic never reaches netfilter (policies, Services), and setting it to 1: %w", path, value, err)
 		}
 	}
 	return nil
@@ -149,7 +150,7 @@ func (fw *Firewall) seeBridgedTraffic() error {
 
 // program replaces the table by plan's, in one transaction.
 func (fw *Firewall) program(c *nftables.Conn, plan *policyPlan, shape string) (FirewallStats, error) {
-	if err := fw.seeBridgedTraffic(); err != nil {
+	if err := SeeBridgedTraffic(fw.ns); err != nil {
 		return FirewallStats{}, err
 	}
 	fw.removed = false
@@ -283,7 +284,7 @@ func (fw *Firewall) Repair() (bool, error) {
 	} else if ok, err := fw.inOrder(c); err != nil {
 		return false, fmt.Errorf("checking nftables table %s: %w", PolicyTable, err)
 	} else if ok {
-		return false, fw.seeBridgedTraffic()
+		return false, SeeBridgedTraffic(fw.ns)
 	}
 	if len(fw.desired) == 0 {
 		return true, fw.remove(c)

@@ -75,6 +75,9 @@ type ControlPlane struct {
 	NodeKubeconfigPath string
 	// NodeKubeconfigs are the kubelets' kubeconfigs, by node name.
 	NodeKubeconfigs map[string]string
+	// KubeProxyKubeconfig is DIR/kube-proxy/kubeconfig, kube-proxy's on
+	// every node.
+	KubeProxyKubeconfig string
 	// CACertPath is the cluster CA's certificate.
 	CACertPath string
 
@@ -164,6 +167,13 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 		cp.NodeKubeconfigs[name] = path
+	}
+	cp.KubeProxyKubeconfig = filepath.Join(dir, "kube-proxy", "kubeconfig")
+	if err := os.MkdirAll(filepath.Dir(cp.KubeProxyKubeconfig), 0o700); err != nil {
+		return nil, err
+	}
+	if err := cp.writeKubeconfig(cp.KubeProxyKubeconfig, p, kubeProxyUser); err != nil {
+		return nil, err
 	}
 	kcmKubeconfig := filepath.Join(dir, "controller-manager", "kubeconfig")
 	if err := cp.writeKubeconfig(kcmKubeconfig, p, controllerManagerUser); err != nil {

@@ -50,6 +50,9 @@ const (
 	adminUser             = "netop-admin"
 	controllerManagerUser = "system:kube-controller-manager"
 	schedulerUser         = "system:kube-scheduler"
+	// kube-proxy's user, bound to system:node-proxier by the API
+	// server's bootstrap policy.
+	kubeProxyUser = "system:kube-proxy"
 )
 
 // NodeUser is the user name of the kubelet of node.
@@ -227,6 +230,7 @@ func (p *pki) ensureTokens(nodes []string) error {
 		{adminUser, "system:masters"},
 		{controllerManagerUser, ""},
 		{schedulerUser, ""},
+		{kubeProxyUser, ""},
 	}
 	for _, node := range nodes {
 		// The Node authorizer and NodeRestriction know a kubelet by this

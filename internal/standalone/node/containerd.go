@@ -98,7 +98,7 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 	if err := os.WriteFile(config, []byte(buf.String()), 0o600); err != nil {
 		return nil, fmt.Errorf("containerd configuration: %w", err)
 	}
-	p, err := startProcess("containerd", filepath.Join(n.cfg.DataDir, "logs", "containerd.log"), inNetns(n.cfg.HostNetns, []string{"containerd", "--config", config}), syscall.SIGTERM)
+	p, err := startProcess("containerd", filepath.Join(n.cfg.DataDir, "logs", "containerd.log"), inNetns(n.cfg.Netns, []string{"containerd", "--config", config}), syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}

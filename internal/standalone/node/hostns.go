@@ -15,14 +15,12 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 )
 
-// A node with a network namespace of its own (Config.HostNetns) is a
-// machine of its own as far as networking goes: containerd and the kubelet
-// run there, so host-network pods (netop's agent) see that namespace as
-// their host. What the standalone serves on its loopback, the API server
-// and the image registry, is forwarded into the node's loopback on the
-// same ports, and the kubernetes Service's address is forwarded to the API
-// server: pods reach it with their in-cluster configuration although the
-// standalone runs no kube-proxy.
+// A node has a network namespace of its own (Config.Netns) and is a
+// machine of its own as far as networking goes: containerd, the kubelet and
+// kube-proxy run there, so host-network pods (netop's agent) see that
+// namespace as their host. What the standalone serves on its loopback, the
+// API server and the image registry, is forwarded into the node's loopback
+// on the same ports, for the kubelet, kube-proxy and containerd.
 
 // inNetns returns args run in the network namespace named netns, by
 // nsenter, which changes nothing else: the process keeps the host's mount
@@ -53,15 +51,15 @@ func listenIn(name, addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// forwarder copies the connections of its listeners to their targets.
-type forwarder struct {
+// Forwarder copies the connections of its listeners to their targets.
+type Forwarder struct {
 	listeners []net.Listener
 	wg        sync.WaitGroup
 }
 
-// forward accepts on l, in whatever namespace it was made, and connects
+// Forward accepts on l, in whatever namespace it was made, and connects
 // each connection to target from the standalone's own namespace.
-func (f *forwarder) forward(ctx context.Context, l net.Listener, target string) {
+func (f *Forwarder) Forward(ctx context.Context, l net.Listener, target string) {
 	f.listeners = append(f.listeners, l)
 	f.wg.Go(func() {
 		for {
@@ -94,8 +92,8 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// stop closes the listeners; open connections end with their peers.
-func (f *forwarder) stop() {
+// Stop closes the listeners; open connections end with their peers.
+func (f *Forwarder) Stop() {
 	for _, l := range f.listeners {
 		_ = l.Close()
 	}
@@ -103,25 +101,21 @@ func (f *forwarder) stop() {
 }
 
 // startForwarding forwards into the node's namespace the standalone's
-// loopback services and the kubernetes Service.
+// loopback services.
 func (n *Node) startForwarding(ctx context.Context) error {
-	n.forwarder = &forwarder{}
-	targets := map[string]string{n.cfg.APIServer: n.cfg.APIServer, n.registry.addr: n.registry.addr}
-	if n.cfg.ServiceIP != "" {
-		targets[net.JoinHostPort(n.cfg.ServiceIP, "443")] = n.cfg.APIServer
-	}
-	for listen, target := range targets {
-		l, err := listenIn(n.cfg.HostNetns, listen)
+	n.forwarder = &Forwarder{}
+	for _, addr := range []string{n.cfg.APIServer, n.registry.addr} {
+		l, err := listenIn(n.cfg.Netns, addr)
 		if err != nil {
 			return err
 		}
-		n.forwarder.forward(ctx, l, target)
+		n.forwarder.Forward(ctx, l, addr)
 	}
 	return nil
 }
 
-// hostNetnsReady checks that the node's namespace exists.
-func hostNetnsReady(name string) error {
+// netnsReady checks that the node's namespace exists.
+func netnsReady(name string) error {
 	if _, err := os.Stat(filepath.Join("/run/netns", name)); err != nil {
 		return fmt.Errorf("the node's network namespace %s: %w", name, err)
 	}

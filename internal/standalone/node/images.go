@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,7 +127,7 @@ func LocalImages() (map[string]v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing busybox's applets: %w", err)
 	}
-	layer, err := image.Layer(busyboxFiles(busybox, strings.Fields(string(out))))
+	layer, err := image.Layer(busyboxFiles(fixWgetTimeout(busybox), strings.Fields(string(out))))
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +142,30 @@ func LocalImages() (map[string]v1.Image, error) {
 		return nil, err
 	}
 	return map[string]v1.Image{PauseImage: pause, BusyboxImage: shell}, nil
+}
+
+// wgetOptions is the option string of busybox 1.35's wget, as Debian
+// builds it (without FEATURE_WGET_TIMEOUT). Its "T:+" makes getopt32
+// store -T's number through the NULL pointer wget passes when the timeout
+// is compiled out (getopt32 checks the pointer for strings, not numbers),
+// so `wget -T 5 URL`, as scripts and probes write it, dies with SIGSEGV
+// (exit 139), on the host too.
+const wgetOptions = "^cqSO:o:P:Y:U:T:+t:n::\x00-1:\xfe--\xfb:\xfe--\xfe:\xfb--\xfb:\xff::\x00"
+
+// fixWgetTimeout returns busybox with -T declared as a string, which
+// getopt32 drops like the ignored -t: the same options, bits and
+// complementary rules, one byte shorter, padded with a NUL. A busybox
+// without that string (another version or build) is returned unchanged.
+func fixWgetTimeout(busybox []byte) []byte {
+	old := []byte(wgetOptions)
+	i := bytes.Index(busybox, old)
+	if i < 0 || bytes.Count(busybox, old) != 1 {
+		return busybox
+	}
+	fixed := append(bytes.Replace(old, []byte("T:+"), []byte("T:"), 1), 0)
+	out := bytes.Clone(busybox)
+	copy(out[i:], fixed)
+	return out
 }
 
 // busyboxFiles are a root file system of busybox and a link per applet,

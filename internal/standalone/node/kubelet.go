@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -36,6 +35,8 @@ func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
 		"authorization":       map[string]any{"mode": "Webhook"},
 		"serializeImagePulls": false,
 		"resolvConf":          "/etc/resolv.conf",
+		"clusterDNS":          []string{n.cfg.ClusterDNS},
+		"clusterDomain":       n.cfg.ClusterDomain,
 		// All the node's state under the data directory.
 		"podLogsDir": filepath.Join(n.dir, "pod-logs"),
 		// The node's disk is the developer's: never evict pods over it.
@@ -51,15 +52,6 @@ func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
 
 func (n *Node) startKubelet(_ context.Context) (*process, error) {
 	ip, port := n.cfg.Address, 10250 // a node of its own: the usual port
-	if n.cfg.HostNetns == "" {
-		var err error
-		if ip, err = HostIP(); err != nil {
-			return nil, err
-		}
-		if port, err = freePortOn(ip); err != nil {
-			return nil, err
-		}
-	}
 	data, err := yaml.Marshal(n.kubeletConfig(ip, port))
 	if err != nil {
 		return nil, err
@@ -82,45 +74,5 @@ func (n *Node) startKubelet(_ context.Context) (*process, error) {
 	}
 	// SIGKILL if the standalone dies: on SIGTERM the kubelet stops its
 	// loops but its process stays.
-	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), inNetns(n.cfg.HostNetns, args), syscall.SIGKILL)
-}
-
-// HostIP is the node's address: the host's source address towards the
-// default route, else its first global unicast IPv4 address. The kubelet
-// refuses a loopback node IP.
-func HostIP() (net.IP, error) {
-	// Connecting a UDP socket sends nothing; it only picks the route.
-	if conn, err := net.Dial("udp4", "192.0.2.1:9"); err == nil {
-		ip := conn.LocalAddr().(*net.UDPAddr).IP
-		_ = conn.Close()
-		if ip.IsGlobalUnicast() {
-			return ip, nil
-		}
-	}
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	for _, iface := range ifaces {
-		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := iface.Addrs()
-		for _, a := range addrs {
-			if ipNet, ok := a.(*net.IPNet); ok && ipNet.IP.To4() != nil && ipNet.IP.IsGlobalUnicast() {
-				return ipNet.IP, nil
-			}
-		}
-	}
-	return nil, errors.New("the host has no IPv4 address but loopback, and the kubelet needs one for the Node")
-}
-
-// freePortOn is a port free on ip, where the kubelet will listen.
-func freePortOn(ip net.IP) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port for the kubelet on %s: %w", ip, err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return startProcess("kubelet", filepath.Join(n.cfg.DataDir, "logs", "kubelet.log"), inNetns(n.cfg.Netns, args), syscall.SIGKILL)
 }

@@ -32,27 +32,31 @@ type Config struct {
 	// ClientCAFile is the cluster's CA: the kubelet accepts clients (the
 	// API server, for logs and exec) with certificates it signed.
 	ClientCAFile string
-	// Netns is the network namespace of the pods' bridge, "" for the
-	// host's.
-	Netns string
-	// Executable runs the kubelet with the subcommand "kubelet", and is
-	// netop's CNI plugin when called by its name.
+	// Executable runs the kubelet with the subcommand "kubelet" and
+	// kube-proxy with "kube-proxy", and is netop's CNI plugin when called
+	// by its name.
 	Executable string
 	// ImageArchives are image tarballs (as `make image` writes) the node
 	// serves besides its own images and those in DataDir/images.
 	ImageArchives []string
 
-	// HostNetns, if set, is the node's own network namespace, its host:
-	// containerd and the kubelet run there (see hostns.go), and Netns is
-	// not used. Address is then the node's InternalIP there, PodCIDR its
-	// pods' network (default PodCIDR), APIServer the API server's
-	// loopback address (127.0.0.1:PORT) and ServiceIP the kubernetes
-	// Service's, both forwarded into the namespace.
-	HostNetns string
+	// Netns is the node's own network namespace, its host: containerd,
+	// the kubelet and kube-proxy run there (see hostns.go), and so do the
+	// pods' bridge and netop's. Address is the node's InternalIP there,
+	// PodCIDR its pods' network, APIServer the API server's loopback
+	// address (127.0.0.1:PORT), forwarded into the namespace.
+	Netns     string
 	Address   net.IP
 	PodCIDR   string
 	APIServer string
-	ServiceIP string
+
+	// KubeProxyKubeconfig authenticates kube-proxy as system:kube-proxy.
+	KubeProxyKubeconfig string
+	// ServiceCIDR is the Services' range, ClusterDNS the kube-dns
+	// Service's address in it, ClusterDomain the cluster's DNS domain.
+	ServiceCIDR   string
+	ClusterDNS    string
+	ClusterDomain string
 }
 
 // Prerequisites are the host programs the node needs, and the Debian
@@ -62,10 +66,11 @@ var prerequisites = []struct{ what, pkg string }{
 	{"runc", "runc"},
 	{"/usr/lib/cni/bridge", "containernetworking-plugins"},
 	{"/bin/busybox", "busybox-static"},
+	{"nft", "nftables"}, // kube-proxy's nftables mode
 }
 
 // InstallCommand installs what the node needs on Debian and Ubuntu.
-const InstallCommand = "apt-get install -y containerd runc containernetworking-plugins busybox-static"
+const InstallCommand = "apt-get install -y containerd runc containernetworking-plugins busybox-static nftables"
 
 // Check says what keeps a node from running here, with how to install
 // it, or returns nil.
@@ -104,9 +109,10 @@ type Node struct {
 	dir        string
 	containerd *process
 	kubelet    *process
+	kubeProxy  *process
 	registry   *imageRegistry
 	cgroups    *cgroupRoot
-	forwarder  *forwarder
+	forwarder  *Forwarder
 	socket     string
 	started    time.Time
 }
@@ -139,13 +145,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images"), cfg.ImageArchives); err != nil {
 		return nil, err
 	}
-	if cfg.HostNetns != "" {
-		if err := hostNetnsReady(cfg.HostNetns); err != nil {
-			return nil, err
-		}
-		if err := n.startForwarding(ctx); err != nil {
-			return nil, err
-		}
+	if err := netnsReady(cfg.Netns); err != nil {
+		return nil, err
+	}
+	if err := n.startForwarding(ctx); err != nil {
+		return nil, err
 	}
 	if err := writeCNI(n.dir, cfg); err != nil {
 		return nil, err
@@ -154,6 +158,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.kubelet, err = n.startKubelet(ctx); err != nil {
+		return nil, err
+	}
+	if n.kubeProxy, err = n.startKubeProxy(ctx); err != nil {
 		return nil, err
 	}
 	logger.V(1).Info("Node started", "node", cfg.Name, "containerd", n.socket)
@@ -170,6 +177,9 @@ func (n *Node) WaitReady(ctx context.Context, kube kubernetes.Interface, timeout
 		}
 		if err := n.containerd.exited(); err != nil {
 			return false, fmt.Errorf("containerd stopped (see %s): %w", n.containerd.log, err)
+		}
+		if err := n.kubeProxy.exited(); err != nil {
+			return false, fmt.Errorf("kube-proxy stopped (see %s): %w", n.kubeProxy.log, err)
 		}
 		got, err := kube.CoreV1().Nodes().Get(ctx, n.cfg.Name, metav1.GetOptions{})
 		if err != nil {
@@ -201,6 +211,10 @@ func (n *Node) WaitReady(ctx context.Context, kube kubernetes.Interface, timeout
 // start brings them back. It is safe to call more than once.
 func (n *Node) Stop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	if n.kubeProxy != nil {
+		n.kubeProxy.stop(3 * time.Second)
+		n.kubeProxy = nil
+	}
 	if n.kubelet != nil {
 		// The kubelet shuts its loops down on SIGTERM but its process
 		// does not exit (v1.37): a short grace, then SIGKILL, which it
@@ -218,8 +232,11 @@ func (n *Node) Stop(ctx context.Context) {
 	if err := unmountUnder(n.dir); err != nil {
 		logger.Error(err, "Unmounting what the node left")
 	}
+	if err := removeNodeTables(n.cfg.Netns); err != nil {
+		logger.Error(err, "Removing the node's nftables tables")
+	}
 	if n.forwarder != nil {
-		n.forwarder.stop()
+		n.forwarder.Stop()
 		n.forwarder = nil
 	}
 	if n.registry != nil {

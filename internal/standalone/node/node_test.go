@@ -3,7 +3,11 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,16 +98,15 @@ func TestWriteCNI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := Config{Netns: "netop-x", Kubeconfig: "/k/node.kubeconfig", Executable: "/bin/netop-standalone"}
+	cfg := Config{Netns: "netop-x", PodCIDR: "10.88.3.0/24", Kubeconfig: "/k/node.kubeconfig", Executable: "/bin/netop-standalone"}
 	if err := writeCNI(dir, cfg); err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile(filepath.Join(dir, "cni/bin/bridge"))
-	if err != nil || !strings.Contains(string(script), "nsenter --net=/run/netns/netop-x /usr/lib/cni/bridge") {
-		t.Errorf("bridge plugin %q (%v)", script, err)
-	}
-	if target, err := os.Readlink(filepath.Join(dir, "cni/bin/host-local")); err != nil || target != "/usr/lib/cni/host-local" {
-		t.Errorf("host-local -> %q (%v)", target, err)
+	// containerd runs in the node's namespace: the plugins run as they are.
+	for _, name := range []string{"bridge", "host-local"} {
+		if target, err := os.Readlink(filepath.Join(dir, "cni/bin", name)); err != nil || target != "/usr/lib/cni/"+name {
+			t.Errorf("%s -> %q (%v)", name, target, err)
+		}
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "cni/net.d/10-netop-pods.conflist"))
 	if err != nil {
@@ -115,6 +118,7 @@ func TestWriteCNI(t *testing.T) {
 			IPAM         struct {
 				Type    string
 				DataDir string
+				Ranges  [][]struct{ Subnet string }
 			}
 			Kubeconfig, NodeNetns, DataDir string
 		}
@@ -122,23 +126,53 @@ func TestWriteCNI(t *testing.T) {
 	if err := json.Unmarshal(data, &conf); err != nil || len(conf.Plugins) != 2 {
 		t.Fatalf("conflist %s: %v", data, err)
 	}
-	if p := conf.Plugins[0]; p.Type != "bridge" || p.Bridge != PodBridge || p.IPAM.Type != "host-local" || p.IPAM.DataDir != filepath.Join(dir, "cni/ipam") {
+	if p := conf.Plugins[0]; p.Type != "bridge" || p.Bridge != PodBridge || p.IPAM.Type != "host-local" || p.IPAM.DataDir != filepath.Join(dir, "cni/ipam") ||
+		len(p.IPAM.Ranges) != 1 || p.IPAM.Ranges[0][0].Subnet != cfg.PodCIDR {
 		t.Errorf("plugin %+v", p)
 	}
-	// netop's plugin chained after it, in the bridges' namespace, as the node.
-	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Kubeconfig != cfg.Kubeconfig || p.NodeNetns != "/run/netns/netop-x" || p.DataDir != filepath.Join(dir, "cni/netop") {
+	// netop's plugin chained after it, as the node.
+	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Kubeconfig != cfg.Kubeconfig || p.NodeNetns != "" || p.DataDir != filepath.Join(dir, "cni/netop") {
 		t.Errorf("netop plugin %+v", p)
 	}
 	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != cfg.Executable {
 		t.Errorf("%s -> %q (%v)", plugin.Type, target, err)
 	}
-	// Without a namespace, the plugin itself.
-	cfg.Netns = ""
-	if err := writeCNI(dir, cfg); err != nil {
+}
+
+// The image's busybox takes wget's -T (as scripts and probes write it)
+// where Debian's dies with SIGSEGV, and its other options still work.
+func TestBusyboxWgetTakesTimeout(t *testing.T) {
+	host, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("no /bin/busybox: %v", err)
+	}
+	fixed := fixWgetTimeout(host)
+	if len(fixed) != len(host) {
+		t.Fatalf("the fixed busybox is %d bytes, not %d", len(fixed), len(host))
+	}
+	path := filepath.Join(t.TempDir(), "busybox")
+	if err := os.WriteFile(path, fixed, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "cni/bin/bridge")); err != nil || target != "/usr/lib/cni/bridge" {
-		t.Errorf("bridge -> %q (%v)", target, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(w, "%s %s", r.Method, r.Header.Get("X-Probe"))
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-q", "-T", "5", "-O-", srv.URL}, "GET "},
+		{[]string{"-q", "-T5", "-U", "probe", "--header", "X-Probe: yes", "-O-", srv.URL}, "GET yes"},
+		{[]string{"-q", "-t", "2", "-nv", "--post-data", "a=b", "-O-", srv.URL}, "POST "},
+	} {
+		out, err := exec.Command(path, append([]string{"wget"}, tc.args...)...).CombinedOutput()
+		if err != nil || string(out) != tc.want {
+			t.Errorf("wget %v: %q (%v), want %q", tc.args, out, err, tc.want)
+		}
+	}
+	if out, err := exec.Command(path, "wget", "-q", "-T", "5", "--spider", srv.URL).CombinedOutput(); err != nil {
+		t.Errorf("wget --spider: %q (%v)", out, err)
 	}
 }
 

@@ -223,7 +223,7 @@ func run(agentCount, networkCount int) error {
 		names[i] = fmt.Sprintf("bench-%d", i+1)
 		netnss[i] = fmt.Sprintf("netop-bench-%d", i+1)
 	}
-	underlay, err := node.NewUnderlay(netip.MustParsePrefix("10.253.0.0/24"), netnss, netip.MustParseAddr(controlplane.KubernetesServiceIP))
+	underlay, err := node.NewUnderlay("netop-bench", netip.MustParsePrefix("10.253.0.0/24"), netnss)
 	if err != nil {
 		return err
 	}
