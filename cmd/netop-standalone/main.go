@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -317,6 +316,14 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		underlay.Remove()
 		return nil, nil, err
 	}
+	// One registry serves every node: the data directory's images and
+	// --image-archive's.
+	registry, err := node.StartRegistry(ctx, filepath.Join(cp.DataDir, "images"), o.archives)
+	if err != nil {
+		svcs.Stop()
+		underlay.Remove()
+		return nil, nil, err
+	}
 	stop := func() {
 		logger.Info("Stopping the nodes")
 		var wg sync.WaitGroup
@@ -326,6 +333,7 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 			}
 		}
 		wg.Wait()
+		registry.Stop()
 		svcs.Stop()
 		// The nodes' namespaces stay, like the standalone's own: the next
 		// start finds its bridges there.
@@ -337,14 +345,14 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		cfg := node.Config{
 			DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
 			Netns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer,
-			KubeProxyKubeconfig: cp.KubeProxyKubeconfig,
+			KubeProxyKubeconfig: cp.KubeProxyKubeconfig, Registry: registry,
 			ServiceCIDR:         controlplane.ServiceCIDR, ClusterDNS: services.DNSServiceIP, ClusterDomain: services.ClusterDomain,
 		}
 		if len(nodes) == 1 {
 			cfg.DataDir = cp.DataDir
 		}
 		g.Go(func() (err error) {
-			n.node, err = startNode(ctx, cp, o, cfg, started)
+			n.node, err = startNode(ctx, cp, cfg, started)
 			return err
 		})
 	}
@@ -357,18 +365,12 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 
 // startNode runs containerd and the kubelet of cfg and waits for the Node
 // to be Ready.
-func startNode(ctx context.Context, cp *controlplane.ControlPlane, o nodeOptions, cfg node.Config, started time.Time) (*node.Node, error) {
+func startNode(ctx context.Context, cp *controlplane.ControlPlane, cfg node.Config, started time.Time) (*node.Node, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to run the kubelet: %w", err)
 	}
 	cfg.ClientCAFile, cfg.Executable = cp.CACertPath, self
-	cfg.ImageArchives = o.archives
-	if cfg.DataDir != cp.DataDir {
-		// The data directory's images serve every node.
-		shared, _ := filepath.Glob(filepath.Join(cp.DataDir, "images", "*.tar"))
-		cfg.ImageArchives = append(slices.Clone(o.archives), shared...)
-	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

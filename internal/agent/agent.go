@@ -238,8 +238,11 @@ func (a *Agent) Ready() error {
 // errNodeRemoved stops the agent's parts when its Node was deleted.
 var errNodeRemoved = errors.New("the node was removed from the cluster")
 
-// Run runs the agent until ctx is done or its Node is deleted; then it
-// removes the node's networks and returns nil.
+// Run runs the agent until ctx is done. When its Node is deleted, it
+// removes the node's networks and then idles until ctx is done: its pod,
+// bound to a Node that no longer exists, is the pod garbage collector's to
+// delete, and an agent that exited would only be restarted by the kubelet,
+// again and again, until then.
 func (a *Agent) Run(ctx context.Context) error {
 	parent := ctx
 	g, ctx := rungroup.New(ctx)
@@ -261,10 +264,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	})
 	err := g.Wait()
-	if errors.Is(err, errNodeRemoved) {
-		return a.removeNodeNetworks(parent)
+	if !errors.Is(err, errNodeRemoved) {
+		return err
 	}
-	return err
+	if err := a.removeNodeNetworks(parent); err != nil {
+		return err
+	}
+	klog.FromContext(parent).Info("Idle until this agent is stopped: its node left the cluster", "node", a.node)
+	<-parent.Done()
+	return nil
 }
 
 // removeNodeNetworks removes this cluster's backend networks from the

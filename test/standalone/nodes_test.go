@@ -79,7 +79,8 @@ func TestNodesWithManifests(t *testing.T) {
 			_ = nettest.DeleteNetns(ns)
 		}
 	})
-	sa := startStandaloneWith(t, "--data-dir", t.TempDir(), "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
+	dataDir := t.TempDir()
+	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
 		"--operator=false", "--image-archive", archive, "--metrics-addr", "0")
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
@@ -111,6 +112,7 @@ func TestNodesWithManifests(t *testing.T) {
 	})
 
 	checkCNIInstalled(t, cfg, binary, cniBin, cniConfig, nodeNames)
+	checkServiceAcrossNodes(t, cfg, kube, nodeNames)
 
 	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.150.0.0/24"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -266,6 +268,28 @@ func TestNodesWithManifests(t *testing.T) {
 			t.Errorf("node namespace %s lost its bridge when another node was removed", ns)
 		}
 	}
+	// The removed node's agent, its work done, stays up without
+	// restarting until the pod garbage collector deletes its pod. (Its
+	// log is read from the node's disk: the API server finds kubelets
+	// through their Nodes.)
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		pods, err := kube.CoreV1().Pods("netop-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent",
+			FieldSelector: "spec.nodeName=" + nodeNames[2]})
+		if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+			return false, fmt.Sprintf("agent of the removed node: %v %v", pods, err)
+		}
+		status := pods.Items[0].Status.ContainerStatuses[0]
+		if status.RestartCount > 0 {
+			t.Fatalf("the removed node's agent restarted: %+v", status)
+		}
+		logs, _ := filepath.Glob(filepath.Join(dataDir, "nodes", nodeNames[2], "node", "pod-logs", "netop-system_"+pods.Items[0].Name+"_*", "*", "*.log"))
+		var idle bool
+		for _, path := range logs {
+			data, _ := os.ReadFile(path)
+			idle = idle || bytes.Contains(data, []byte("Idle until this agent is stopped"))
+		}
+		return idle && status.State.Running != nil, fmt.Sprintf("the removed node's agent: %+v, logs %v", status.State, logs)
+	})
 	sa.stop(t)
 }
 

@@ -325,3 +325,41 @@ func underlays(t *testing.T, netnsName string) []string {
 	}
 	return out
 }
+
+// checkServiceAcrossNodes checks that a Service whose pods run on the first
+// two nodes answers, from both, a pod on the third: kube-proxy on that node
+// sends its traffic across the underlay.
+func checkServiceAcrossNodes(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, nodes []string) {
+	t.Helper()
+	waitDefaultServiceAccount(t, kube)
+	template := webDeployment("web", 1).Spec.Template
+	var pods []string
+	for i, n := range nodes[:2] {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%d", i+1), Labels: template.Labels}, Spec: *template.Spec.DeepCopy()}
+		p.Spec.NodeName = n
+		runPod(t, kube, p)
+		pods = append(pods, p.Name)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{
+		Selector: template.Labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+	}}
+	if _, err := kube.CoreV1().Services("default").Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client := busyboxPod("client", corev1.RestartPolicyNever, "sleep 3600")
+	client.Spec.NodeName = nodes[2]
+	runPod(t, kube, client)
+	waitRunning(t, kube, "client", "c")
+	seen := map[string]bool{}
+	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+		page, stderr, code := execCode(t, cfg, kube, "client", "wget", "-q", "-T", "2", "-O-", "http://web.default.svc.cluster.local/")
+		if code == 0 {
+			seen[strings.TrimSpace(strings.TrimPrefix(page, "hello from "))] = true
+		}
+		return seen[pods[0]] && seen[pods[1]], fmt.Sprintf("from %s, the Service answered from %v (last: %q %q, exit %d), want both of %v", nodes[2], seen, page, stderr, code, pods)
+	})
+	for _, name := range append(pods, "client") {
+		_ = kube.CoreV1().Pods("default").Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+	_ = kube.CoreV1().Services("default").Delete(t.Context(), "web", metav1.DeleteOptions{})
+}

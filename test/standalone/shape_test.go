@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controller/podnet"
@@ -31,9 +32,9 @@ import (
 // Issue 35 on the standalone's real node: a /28 with reserved addresses
 // fills to its last free address and never hands out a reserved one, the
 // pod one too many waits saying why; the pods' net1 has the Network's
-// routes and MTU.
+// routes and MTU; egress takes them to the host through the node.
 func TestShapedNetwork(t *testing.T) {
-	sa, _, stop := startWithNode(t)
+	sa, dataDir, stop := startWithNode(t)
 	defer stop()
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
@@ -104,9 +105,11 @@ func TestShapedNetwork(t *testing.T) {
 	if got := execIn(t, cfg, kube, running[0], "ip", "-o", "link", "show", "net1"); !strings.Contains(got, "mtu 1400 ") {
 		t.Errorf("net1: %q, want mtu 1400", got)
 	}
+	// Egress through the single node, to the host.
+	checkEgressToHost(t, cfg, kube, dataDir, testNodeName, "10.186.0.0/24")
 }
 
-// Issue 35 across nodes: on netop-standalone --nodes 2 (the built-in
+// Issue 35 across nodes: on netop-standalone --nodes 3 (the built-in
 // operator, an agent per node), a Network's default MTU is the underlay's
 // less VXLAN's 50 bytes, on the pods' interfaces too: a datagram that
 // fills it, with don't-fragment, crosses from a pod on one node to a pod
@@ -119,14 +122,14 @@ func TestShapingAcrossNodes(t *testing.T) {
 		t.Fatalf("this host cannot run a node: %v", err)
 	}
 	prefix := nettest.NetnsName("nm")
-	netnss := []string{prefix, prefix + "-1", prefix + "-2"}
+	netnss := []string{prefix, prefix + "-1", prefix + "-2", prefix + "-3"}
 	t.Cleanup(func() {
 		for _, ns := range netnss {
 			_ = nettest.DeleteNetns(ns)
 		}
 	})
 	dataDir := t.TempDir()
-	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "2", "--node=true",
+	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
 		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0")
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
@@ -178,10 +181,18 @@ func TestShapingAcrossNodes(t *testing.T) {
 		t.Errorf("%d bytes with don't-fragment: answered %v (%v), want refused with EMSGSIZE", mtu-27, ok, err)
 	}
 
-	// Egress: the host, on the underlay (the standalone's first address
-	// of --underlay-cidr), is outside the cluster.
-	var host net.Listener
-	if host, err = net.Listen("tcp4", "10.254.0.1:0"); err != nil {
+	checkEgressToHost(t, cfg, kube, dataDir, prefix+"-1", "10.185.0.0/24")
+}
+
+// checkEgressToHost checks a Network's egress from a pod on node: the
+// host, on the underlay (the standalone's first address of
+// --underlay-cidr), is outside the cluster; a pod routed to it through a
+// Network of cidr reaches it only while the Network has egress.
+func checkEgressToHost(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, dataDir, nodeName, cidr string) {
+	t.Helper()
+	ctx := t.Context()
+	host, err := net.Listen("tcp4", "10.254.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = host.Close() }()
@@ -189,12 +200,12 @@ func TestShapingAcrossNodes(t *testing.T) {
 	hostPort := podprobe.Port{Number: host.Addr().(*net.TCPAddr).Port, Protocol: podprobe.TCP}
 	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
 	if _, err := nets.Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "out"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.185.0.0/24"}, Routes: []samplecrdv2.NetworkRoute{{Destination: "10.254.0.1/32"}},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{cidr}, Routes: []samplecrdv2.NetworkRoute{{Destination: "10.254.0.1/32"}},
 			Egress: &samplecrdv2.NetworkEgress{Mode: samplecrdv2.EgressNAT}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p := busyboxPod("egress", corev1.RestartPolicyAlways, "sleep 3600")
-	p.Spec.NodeName = prefix + "-1"
+	p.Spec.NodeName = nodeName
 	p.Annotations = map[string]string{netselect.NetworksAnnotation: "out"}
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 		_, err := kube.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})

@@ -88,7 +88,7 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 	canRaiseOOMScore, _ := capability.Has(capability.SysResource)
 	var buf strings.Builder
 	err := containerdConfig.Execute(&buf, map[string]any{
-		"Dir": n.dir, "Socket": n.socket, "PauseImage": PauseImage, "Registry": n.registry.addr, "Mirrors": n.registry.mirrors,
+		"Dir": n.dir, "Socket": n.socket, "PauseImage": PauseImage, "Registry": n.cfg.Registry.addr, "Mirrors": n.cfg.Registry.mirrors,
 		"RestrictOOMScoreAdj": !canRaiseOOMScore,
 	})
 	if err != nil {

@@ -104,7 +104,7 @@ func (f *Forwarder) Stop() {
 // loopback services.
 func (n *Node) startForwarding(ctx context.Context) error {
 	n.forwarder = &Forwarder{}
-	for _, addr := range []string{n.cfg.APIServer, n.registry.addr} {
+	for _, addr := range []string{n.cfg.APIServer, n.cfg.Registry.addr} {
 		l, err := listenIn(n.cfg.Netns, addr)
 		if err != nil {
 			return err

@@ -33,37 +33,39 @@ const PauseImage = "registry.k8s.io/pause:3.10"
 // "busybox" means.
 const BusyboxImage = "docker.io/library/busybox:latest"
 
-// imageRegistry is the in-process registry containerd pulls through.
-type imageRegistry struct {
+// Registry is the in-process registry the nodes' containerds pull
+// through: one for all the standalone's nodes, each reaching it on its own
+// loopback (hostns.go).
+type Registry struct {
 	addr   string
 	server *http.Server
 	// mirrors are the registries containerd asks this one for.
 	mirrors []string
 }
 
-// startRegistry serves a registry on a free loopback port and pushes the
+// StartRegistry serves a registry on a free loopback port and pushes the
 // local images into it, with those of the image tarballs in imagesDir and
-// of archives.
-func startRegistry(ctx context.Context, imagesDir string, archives []string) (*imageRegistry, error) {
+// of archives. Stop stops it.
+func StartRegistry(ctx context.Context, imagesDir string, archives []string) (*Registry, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("image registry: %w", err)
 	}
-	r := &imageRegistry{addr: l.Addr().String(), server: &http.Server{
+	r := &Registry{addr: l.Addr().String(), server: &http.Server{
 		Handler:           registry.New(registry.Logger(log.New(io.Discard, "", 0))),
 		ReadHeaderTimeout: 10 * time.Second,
 	}}
 	go func() { _ = r.server.Serve(l) }()
 	images, err := LocalImages()
 	if err != nil {
-		r.stop()
+		r.Stop()
 		return nil, err
 	}
 	tarballs, _ := filepath.Glob(filepath.Join(imagesDir, "*.tar"))
 	for _, path := range append(tarballs, archives...) {
 		more, err := image.Read(path)
 		if err != nil {
-			r.stop()
+			r.Stop()
 			return nil, fmt.Errorf("image archive %s: %w", path, err)
 		}
 		maps.Copy(images, more)
@@ -72,7 +74,7 @@ func startRegistry(ctx context.Context, imagesDir string, archives []string) (*i
 	for ref, img := range images {
 		parsed, err := name.ParseReference(ref)
 		if err != nil {
-			r.stop()
+			r.Stop()
 			return nil, err
 		}
 		host := parsed.Context().RegistryStr()
@@ -83,7 +85,7 @@ func startRegistry(ctx context.Context, imagesDir string, archives []string) (*i
 			r.mirrors = append(r.mirrors, host)
 		}
 		if err := r.push(ctx, ref, img); err != nil {
-			r.stop()
+			r.Stop()
 			return nil, err
 		}
 	}
@@ -92,7 +94,7 @@ func startRegistry(ctx context.Context, imagesDir string, archives []string) (*i
 
 // push stores img under ref's repository and tag in the registry, which
 // containerd asks as the mirror of ref's registry.
-func (r *imageRegistry) push(ctx context.Context, ref string, img v1.Image) error {
+func (r *Registry) push(ctx context.Context, ref string, img v1.Image) error {
 	parsed, err := name.ParseReference(ref)
 	if err != nil {
 		return err
@@ -107,7 +109,8 @@ func (r *imageRegistry) push(ctx context.Context, ref string, img v1.Image) erro
 	return nil
 }
 
-func (r *imageRegistry) stop() {
+// Stop stops serving.
+func (r *Registry) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = r.server.Shutdown(ctx)

@@ -36,9 +36,8 @@ type Config struct {
 	// kube-proxy with "kube-proxy", and is netop's CNI plugin when called
 	// by its name.
 	Executable string
-	// ImageArchives are image tarballs (as `make image` writes) the node
-	// serves besides its own images and those in DataDir/images.
-	ImageArchives []string
+	// Registry serves the node's images.
+	Registry *Registry
 
 	// Netns is the node's own network namespace, its host: containerd,
 	// the kubelet and kube-proxy run there (see hostns.go), and so do the
@@ -110,7 +109,6 @@ type Node struct {
 	containerd *process
 	kubelet    *process
 	kubeProxy  *process
-	registry   *imageRegistry
 	cgroups    *cgroupRoot
 	forwarder  *Forwarder
 	socket     string
@@ -140,9 +138,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// share one.
 	sum := sha256.Sum256([]byte(n.dir))
 	if n.cgroups, err = makeCgroupRoot("/netop-" + cfg.Name + "-" + hex.EncodeToString(sum[:4])); err != nil {
-		return nil, err
-	}
-	if n.registry, err = startRegistry(ctx, filepath.Join(cfg.DataDir, "images"), cfg.ImageArchives); err != nil {
 		return nil, err
 	}
 	if err := netnsReady(cfg.Netns); err != nil {
@@ -238,10 +233,6 @@ func (n *Node) Stop(ctx context.Context) {
 	if n.forwarder != nil {
 		n.forwarder.Stop()
 		n.forwarder = nil
-	}
-	if n.registry != nil {
-		n.registry.stop()
-		n.registry = nil
 	}
 	if n.cgroups != nil {
 		n.cgroups.remove()

@@ -58,11 +58,11 @@ func TestLocalImagesAreReproducible(t *testing.T) {
 // busybox under library/busybox, pause under pause.
 func TestRegistryServesTheImagesAsTheirMirror(t *testing.T) {
 	requireBusybox(t)
-	r, err := startRegistry(context.Background(), t.TempDir(), nil)
+	r, err := StartRegistry(context.Background(), t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.stop()
+	defer r.Stop()
 	images, err := LocalImages()
 	if err != nil {
 		t.Fatal(err)
