@@ -2,8 +2,8 @@ package standalone
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"net/netip"
 	"strings"
 
 	"github.com/coredns/caddy"
