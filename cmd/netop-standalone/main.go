@@ -346,7 +346,7 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 			DataDir: filepath.Join(cp.DataDir, "nodes", n.name), Name: n.name, Kubeconfig: cp.NodeKubeconfigs[n.name],
 			Netns: n.netns, Address: u.Address.AsSlice(), PodCIDR: u.PodCIDR.String(), APIServer: apiServer,
 			KubeProxyKubeconfig: cp.KubeProxyKubeconfig, Registry: registry,
-			ServiceCIDR: controlplane.ServiceCIDR, ClusterDNS: services.DNSServiceIP, ClusterDomain: services.ClusterDomain,
+			ClusterDNS: services.DNSServiceIP, ClusterDomain: services.ClusterDomain,
 		}
 		if len(nodes) == 1 {
 			cfg.DataDir = cp.DataDir

@@ -51,9 +51,8 @@ type Config struct {
 
 	// KubeProxyKubeconfig authenticates kube-proxy as system:kube-proxy.
 	KubeProxyKubeconfig string
-	// ServiceCIDR is the Services' range, ClusterDNS the kube-dns
-	// Service's address in it, ClusterDomain the cluster's DNS domain.
-	ServiceCIDR   string
+	// ClusterDNS is the kube-dns Service's address, ClusterDomain the
+	// cluster's DNS domain: the kubelet hands both to pods.
 	ClusterDNS    string
 	ClusterDomain string
 }
