@@ -1,7 +1,8 @@
 // Command node measures the standalone's node (as root, on a host with
-// containerd, runc, the CNI plugins and busybox-static): the time from
-// start to the Node Ready on a fresh data directory (cold) and on the same
-// one again (warm), pod create to Running over N pods created at once, and
+// containerd, runc, the CNI plugins, busybox-static and nftables): the
+// time from start to the control plane ready, to the Node Ready and to
+// cluster DNS answering a pod's question through kube-dns's Service, on a
+// fresh data directory (cold) and on the same one again (warm), pod create to Running over N pods created at once, and
 // the memory of the node's processes (kubelet, containerd, shims) with
 // those pods running; then the same pods declaring the tutorial's
 // example-network: create to Running with net1 attached, create to
@@ -22,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +36,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,12 +50,12 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/testing/podprobe"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	"github.com/vishvananda/netns"
 )
 
 type result struct {
@@ -60,6 +64,11 @@ type result struct {
 	Pods       int     `json:"pods"`
 	ColdReadyS float64 `json:"coldReadyS"`
 	WarmReadyS float64 `json:"warmReadyS"`
+	// Start to the control plane ready and to DNS answering.
+	ColdControlPlaneS float64 `json:"coldControlPlaneS"`
+	WarmControlPlaneS float64 `json:"warmControlPlaneS"`
+	ColdDNSS          float64 `json:"coldDNSS"`
+	WarmDNSS          float64 `json:"warmDNSS"`
 	// One pod at a time, each created once the one before runs.
 	OneP50S float64 `json:"oneAtATimeP50S"`
 	OneP99S float64 `json:"oneAtATimeP99S"`
@@ -130,11 +139,11 @@ func run(pods, policies, changes int) error {
 	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", metricsAddr, "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
 	r := result{Date: time.Now().UTC().Format(time.DateOnly), CPUs: runtime.NumCPU(), Pods: pods}
 
-	sa, ready, err := start(binary, args)
+	sa, cold, err := start(binary, args, netns)
 	if err != nil {
 		return err
 	}
-	r.ColdReadyS = ready.Seconds()
+	r.ColdReadyS, r.ColdControlPlaneS, r.ColdDNSS = cold.node.Seconds(), cold.controlPlane.Seconds(), cold.dns.Seconds()
 	kube, err := client(filepath.Join(dataDir, "kubeconfig"))
 	if err != nil {
 		sa.stop()
@@ -204,12 +213,18 @@ func run(pods, policies, changes int) error {
 	r.EnforcedPolicyP50S, r.EnforcedPolicyP99S = percentiles(policyChanges)
 	r.StopS = sa.stop().Seconds()
 
-	sa, ready, err = start(binary, args)
+	sa, warm, err := start(binary, args, netns)
 	if err != nil {
 		return err
 	}
-	r.WarmReadyS = ready.Seconds()
+	r.WarmReadyS, r.WarmControlPlaneS, r.WarmDNSS = warm.node.Seconds(), warm.controlPlane.Seconds(), warm.dns.Seconds()
 	sa.stop()
+
+	fmt.Println("| date | CPUs | start to control plane ready, cold | warm | to node Ready, cold | warm | to DNS answering through kube-dns, cold | warm |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s |\n",
+		r.Date, r.CPUs, r.ColdControlPlaneS, r.WarmControlPlaneS, r.ColdReadyS, r.WarmReadyS, r.ColdDNSS, r.WarmDNSS)
+	fmt.Println()
 
 	fmt.Printf("| date | CPUs | cold start to node Ready | warm | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | kubelet RSS | containerd RSS | shims RSS (n) | stop |\n", pods)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -338,28 +353,111 @@ type standalone struct{ cmd *exec.Cmd }
 
 // start runs the standalone and returns when it printed KUBECONFIG, which
 // it does once the node is Ready, with the time that took.
-func start(binary string, args []string) (*standalone, time.Duration, error) {
+// started is how long a start took to each milestone.
+type started struct {
+	controlPlane, node, dns time.Duration
+}
+
+// start runs the standalone and returns once it printed KUBECONFIG (the
+// node Ready) and DNS answers in the node's namespace, netns.
+func start(binary string, args []string, netns string) (*standalone, started, error) {
+	var took started
 	cmd := exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, 0, err
+		return nil, took, err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, 0, err
+		return nil, took, err
 	}
+	dns := make(chan time.Duration, 1)
+	go func() { dns <- dnsAnswering(netns, began, 60*time.Second) }()
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), "KUBECONFIG=") {
-			took := time.Since(began)
+			took.node = time.Since(began)
 			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			took.dns = <-dns
+			// The standalone logs when its control plane is ready.
+			if _, after, ok := strings.Cut(stderr.String(), `"Control plane ready"`); ok {
+				if _, v, ok := strings.Cut(after, `after="`); ok {
+					took.controlPlane, _ = time.ParseDuration(v[:strings.IndexByte(v, '"')])
+				}
+			}
 			return &standalone{cmd: cmd}, took, nil
 		}
 	}
 	_ = cmd.Wait()
-	return nil, 0, fmt.Errorf("the standalone exited before printing KUBECONFIG:\n%s", stderr.String())
+	return nil, took, fmt.Errorf("the standalone exited before printing KUBECONFIG:\n%s", stderr.String())
+}
+
+// dnsAnswering asks kube-dns's Service, from the node's namespace as a
+// pod's resolver would (kube-proxy's rules, then CoreDNS), for the
+// kubernetes Service until it answers, and returns how long after began
+// that was (the deadline if never).
+func dnsAnswering(netnsName string, began time.Time, deadline time.Duration) time.Duration {
+	for time.Since(began) < deadline {
+		if dnsAnswers(netnsName) {
+			return time.Since(began)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return deadline
+}
+
+func dnsAnswers(netnsName string) bool {
+	ns, err := netns.GetFromName(netnsName)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = ns.Close() }()
+	var conn net.Conn
+	if err := linux.InNetns(ns, func() (err error) {
+		conn, err = net.Dial("udp", "10.0.0.10:53")
+		return err
+	}); err != nil {
+		return false
+	}
+	c := &dns.Conn{Conn: conn}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	q := new(dns.Msg)
+	q.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+	if err := c.WriteMsg(q); err != nil {
+		return false
+	}
+	answer, err := c.ReadMsg()
+	if err != nil {
+		return false
+	}
+	for _, rr := range answer.Answer {
+		if a, ok := rr.(*dns.A); ok && a.A.String() == "10.0.0.1" {
+			return true
+		}
+	}
+	return false
+}
+
+// lockedBuffer is a strings.Builder written by one goroutine (the child's
+// stderr) and read by another.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // stop sends Ctrl-C and returns how long the standalone took to exit.
