@@ -89,7 +89,38 @@ func NewUnderlay(name string, prefix netip.Prefix, netnss []string) (*Underlay, 
 			return nil, fmt.Errorf("node %s on the underlay: %w", n.Netns, err)
 		}
 	}
+	for _, n := range u.Nodes {
+		if err := u.routePeers(n); err != nil {
+			u.Remove()
+			return nil, fmt.Errorf("node %s on the underlay: %w", n.Netns, err)
+		}
+	}
 	return u, nil
+}
+
+// routePeers routes, in node n, each other node's pods to that node
+// across the underlay, as one switch joins them: pods reach pods on other
+// nodes without the host forwarding (its ip_forward is the developer's).
+func (u *Underlay) routePeers(n UnderlayNode) error {
+	ns, err := netns.GetFromName(n.Netns)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ns.Close() }()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for _, peer := range u.Nodes {
+		if peer.Netns == n.Netns {
+			continue
+		}
+		if err := h.RouteReplace(&netlink.Route{Dst: ipNet(peer.PodCIDR), Gw: peer.Address.AsSlice()}); err != nil {
+			return fmt.Errorf("route to %s's pods %s: %w", peer.Netns, peer.PodCIDR, err)
+		}
+	}
+	return nil
 }
 
 // checkFree refuses an underlay whose addresses or pod routes another one
