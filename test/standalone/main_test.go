@@ -123,7 +123,7 @@ func startStandaloneWith(t *testing.T, args ...string) *standalone {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("netop-standalone exited before printing KUBECONFIG; stderr:\n%s", s.stderr)
+				t.Fatalf("netop-standalone exited before printing KUBECONFIG; stderr:\n%s%s", s.stderr, nodeErrors(args))
 			}
 			if _, path, found := strings.Cut(line, "KUBECONFIG="); found {
 				s.kubeconfig = path
@@ -203,4 +203,33 @@ func TestRestartKeepsObjectsAndKubeconfig(t *testing.T) {
 		t.Fatalf("after restart the Network has UID %s, want %s", got.UID, created.UID)
 	}
 	second.stop(t)
+}
+
+// nodeErrors are the error lines of the node components' logs in the data
+// directory args name: why a node stopped while starting, which the
+// test's temporary directory would otherwise take away.
+func nodeErrors(args []string) string {
+	i := slices.Index(args, "--data-dir")
+	if i < 0 || i+1 >= len(args) {
+		return ""
+	}
+	logs, _ := filepath.Glob(filepath.Join(args[i+1], "logs", "*.log"))
+	more, _ := filepath.Glob(filepath.Join(args[i+1], "nodes", "*", "logs", "*.log"))
+	var out strings.Builder
+	for _, path := range append(logs, more...) {
+		data, _ := os.ReadFile(path)
+		var errs []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "E") || strings.HasPrefix(line, "F") {
+				errs = append(errs, line)
+			}
+		}
+		if len(errs) > 10 {
+			errs = errs[len(errs)-10:]
+		}
+		if len(errs) > 0 {
+			fmt.Fprintf(&out, "%s:\n%s\n", path, strings.Join(errs, "\n"))
+		}
+	}
+	return out.String()
 }
