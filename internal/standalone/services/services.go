@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -82,11 +82,11 @@ func Start(ctx context.Context, cfg Config) (_ *Services, err error) {
 	if err != nil {
 		return nil, err
 	}
-	informers := informers.NewSharedInformerFactory(kube, 0)
-	namespaces := informers.Core().V1().Namespaces()
+	factory := kubeinformers.NewSharedInformerFactory(kube, 0)
+	namespaces := factory.Core().V1().Namespaces()
 	nsInformer := namespaces.Informer()
 	s.stopInformers = make(chan struct{})
-	informers.Start(s.stopInformers)
+	factory.Start(s.stopInformers)
 	exists := func(name string) bool {
 		_, err := namespaces.Lister().Get(name)
 		return err == nil
