@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -135,15 +134,11 @@ func checkBoundaries(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, 
 	check("isolated")
 
 	// Flushed by hand: repaired by the drift watch.
-	handle, err := netns.GetFromName(backendNetns)
+	conn, release, err := linux.NFTablesIn(backendNetns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = handle.Close() }()
-	conn, err := nftables.New(nftables.WithNetNSFd(int(handle)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer release()
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: linux.IsolationTable}
 	conn.FlushTable(table)
 	if err := conn.Flush(); err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
@@ -288,15 +288,11 @@ func httpGet(t *testing.T, url string) string {
 // the node's components' (kube-proxy, the kubelet's iptables chains).
 func netfilterTables(t *testing.T, name string) []string {
 	t.Helper()
-	ns, err := netns.GetFromName(name)
+	conn, release, err := linux.NFTablesIn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = ns.Close() }()
-	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer release()
 	tables, err := conn.ListTables()
 	if err != nil {
 		t.Fatal(err)

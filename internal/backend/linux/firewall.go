@@ -350,3 +350,19 @@ func (fw *Firewall) Watch(ctx context.Context) error {
 		return nil
 	})
 }
+
+// NFTablesIn is a connection to nftables in the network namespace named
+// name, and the function that releases the namespace once the connection
+// is no longer used (each of its operations opens a socket there).
+func NFTablesIn(name string) (*nftables.Conn, func(), error) {
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("network namespace %s: %w", name, err)
+	}
+	conn, err := nftablesConn(ns)
+	if err != nil {
+		_ = ns.Close()
+		return nil, nil, err
+	}
+	return conn, func() { _ = ns.Close() }, nil
+}

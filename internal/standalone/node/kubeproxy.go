@@ -84,15 +84,11 @@ var nodeTables = []string{kubeProxyTable, "filter", "nat", "mangle"}
 // namespace, which outlives the standalone: kube-proxy's rules would
 // otherwise still send Services' traffic to the last endpoints it knew.
 func removeNodeTables(name string) error {
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		return fmt.Errorf("network namespace %s: %w", name, err)
-	}
-	defer func() { _ = ns.Close() }()
-	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	conn, release, err := linux.NFTablesIn(name)
 	if err != nil {
 		return err
 	}
+	defer release()
 	tables, err := conn.ListTables()
 	if err != nil {
 		return fmt.Errorf("listing nftables tables: %w", err)
