@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,8 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cri"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/image"
 	"github.com/netop-dev/netop/internal/standalone/node"
@@ -240,6 +243,7 @@ func TestNode(t *testing.T) {
 		}
 		execIn(t, cfg, kube, "dual", "ping", "-c", "1", "-W", "3", "10.140.0.1")
 		execIn(t, cfg, kube, "dual", "ping", "-6", "-c", "1", "-W", "3", "fd00:140::1")
+		checkRuntimeNamesNetns(t, kube, dataDir, "dual")
 		if err := kube.CoreV1().Pods("default").Delete(t.Context(), "dual", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -667,5 +671,37 @@ func checkNetworkStatus(t *testing.T, cfg *rest.Config, kube kubernetes.Interfac
 	net1 := strings.TrimSpace(execIn(t, cfg, kube, pod.Name, "cat", "/sys/class/net/net1/address"))
 	if n := got[1]; n.Name != "default/"+network || n.Interface != "net1" || n.Default || !slices.Equal(n.IPs, []string{addr}) || n.Mac != net1 {
 		t.Errorf("pod %s: network-status's second entry %+v, want net1 on default/%s with %s and MAC %s", pod.Name, n, network, addr, net1)
+	}
+}
+
+// checkRuntimeNamesNetns checks that the node's runtime, asked through
+// the CRI as hot-plug asks it, names the network namespace the CNI plugin
+// attached the running pod's Networks in, and no namespace for a pod that
+// does not run.
+func checkRuntimeNamesNetns(t *testing.T, kube kubernetes.Interface, dataDir, pod string) {
+	t.Helper()
+	p, err := kube.CoreV1().Pods("default").Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attached string
+	records, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
+	for _, path := range records {
+		var r cni.Record
+		if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &r) == nil && r.Pod == "default/"+pod {
+			attached = r.Netns
+		}
+	}
+	rt, err := cri.Dial(node.ContainerdSocket(dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close() }()
+	got, err := rt.PodNetns(t.Context(), string(p.UID))
+	if err != nil || got == "" || got != attached {
+		t.Errorf("the runtime names pod %s's network namespace %q (%v); the CNI plugin attached it in %q", pod, got, err, attached)
+	}
+	if _, err := rt.PodNetns(t.Context(), "no-such-pod"); !errors.Is(err, cri.ErrNoSandbox) {
+		t.Errorf("a pod that does not run: %v, want %v", err, cri.ErrNoSandbox)
 	}
 }

@@ -14,16 +14,20 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netop-dev/netop/internal/capability"
+	"github.com/netop-dev/netop/internal/cri"
 )
 
 // socketPath is containerd's socket: in the node's directory, unless that
 // path is too long for a unix socket (108 bytes), then under /run.
+// ContainerdSocket is the socket of the containerd of the node whose data
+// directory is dataDir (Config.DataDir): what the kubelet uses, and what
+// netop's node side asks which namespace a pod has.
+func ContainerdSocket(dataDir string) string { return socketPath(filepath.Join(dataDir, "node")) }
+
 func socketPath(dir string) string {
 	path := filepath.Join(dir, "containerd.sock")
 	if len(path) < 100 {
@@ -116,20 +120,14 @@ func (n *Node) startContainerd(ctx context.Context) (*process, error) {
 	return p, nil
 }
 
-func dialCRI(socket string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-}
-
 // criVersion asks containerd's CRI service for its version.
 func criVersion(ctx context.Context, socket string) (*runtimeapi.VersionResponse, error) {
-	conn, err := dialCRI(socket)
+	rt, err := cri.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = conn.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+	defer func() { _ = rt.Close() }()
+	return rt.Version(ctx)
 }
 
 // stopSandboxes stops every pod sandbox, with its containers: containerd's
@@ -137,12 +135,12 @@ func criVersion(ctx context.Context, socket string) (*runtimeapi.VersionResponse
 // removed, so that finished containers keep their logs; the kubelet makes
 // new sandboxes for the pods that should run when it starts next.
 func stopSandboxes(ctx context.Context, socket string) error {
-	conn, err := dialCRI(socket)
+	rt, err := cri.Dial(socket)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = conn.Close() }()
-	client := runtimeapi.NewRuntimeServiceClient(conn)
+	defer func() { _ = rt.Close() }()
+	client := rt.Service
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	// Only the running ones: a stopped sandbox (a deleted pod's, until
