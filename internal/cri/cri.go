@@ -50,18 +50,26 @@ func (r *Runtime) Version(ctx context.Context) (*runtimeapi.VersionResponse, err
 	return r.Service.Version(ctx, &runtimeapi.VersionRequest{})
 }
 
-// PodNetns returns the path of the network namespace of the ready sandbox
-// of the pod whose UID is uid, or ErrNoSandbox.
-func (r *Runtime) PodNetns(ctx context.Context, uid string) (string, error) {
+// Sandbox is a pod's running sandbox: its ID, which the runtime gives CNI
+// plugins as the container ID (the key of the plugin's records), and its
+// network namespace's path.
+type Sandbox struct {
+	ID    string
+	Netns string
+}
+
+// PodSandbox returns the ready sandbox of the pod whose UID is uid, or
+// ErrNoSandbox.
+func (r *Runtime) PodSandbox(ctx context.Context, uid string) (Sandbox, error) {
 	list, err := r.Service.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 		LabelSelector: map[string]string{podUIDLabel: uid},
 		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 	}})
 	if err != nil {
-		return "", fmt.Errorf("listing the sandboxes of pod %s: %w", uid, err)
+		return Sandbox{}, fmt.Errorf("listing the sandboxes of pod %s: %w", uid, err)
 	}
 	if len(list.Items) == 0 {
-		return "", fmt.Errorf("pod %s: %w", uid, ErrNoSandbox)
+		return Sandbox{}, fmt.Errorf("pod %s: %w", uid, ErrNoSandbox)
 	}
 	// The newest, should a restarted sandbox's predecessor still be
 	// reported ready for a moment.
@@ -73,13 +81,13 @@ func (r *Runtime) PodNetns(ctx context.Context, uid string) (string, error) {
 	}
 	status, err := r.Service.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandbox.Id, Verbose: true})
 	if err != nil {
-		return "", fmt.Errorf("status of pod %s's sandbox %s: %w", uid, sandbox.Id, err)
+		return Sandbox{}, fmt.Errorf("status of pod %s's sandbox %s: %w", uid, sandbox.Id, err)
 	}
 	path, err := netnsOf(status.Info)
 	if err != nil {
-		return "", fmt.Errorf("pod %s's sandbox %s: %w", uid, sandbox.Id, err)
+		return Sandbox{}, fmt.Errorf("pod %s's sandbox %s: %w", uid, sandbox.Id, err)
 	}
-	return path, nil
+	return Sandbox{ID: sandbox.Id, Netns: path}, nil
 }
 
 // netnsOf reads the network namespace from a sandbox's verbose status:

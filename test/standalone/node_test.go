@@ -675,21 +675,21 @@ func checkNetworkStatus(t *testing.T, cfg *rest.Config, kube kubernetes.Interfac
 }
 
 // checkRuntimeNamesNetns checks that the node's runtime, asked through
-// the CRI as hot-plug asks it, names the network namespace the CNI plugin
-// attached the running pod's Networks in, and no namespace for a pod that
-// does not run.
+// the CRI as hot-plug asks it, names the sandbox and network namespace the
+// CNI plugin attached the running pod's Networks for and in (the plugin's
+// record's key and namespace), and no sandbox for a pod that does not run.
 func checkRuntimeNamesNetns(t *testing.T, kube kubernetes.Interface, dataDir, pod string) {
 	t.Helper()
 	p, err := kube.CoreV1().Pods("default").Get(t.Context(), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var attached string
+	var attached cni.Record
 	records, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
 	for _, path := range records {
 		var r cni.Record
 		if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &r) == nil && r.Pod == "default/"+pod {
-			attached = r.Netns
+			attached = r
 		}
 	}
 	rt, err := cri.Dial(node.ContainerdSocket(dataDir))
@@ -697,11 +697,11 @@ func checkRuntimeNamesNetns(t *testing.T, kube kubernetes.Interface, dataDir, po
 		t.Fatal(err)
 	}
 	defer func() { _ = rt.Close() }()
-	got, err := rt.PodNetns(t.Context(), string(p.UID))
-	if err != nil || got == "" || got != attached {
-		t.Errorf("the runtime names pod %s's network namespace %q (%v); the CNI plugin attached it in %q", pod, got, err, attached)
+	got, err := rt.PodSandbox(t.Context(), string(p.UID))
+	if err != nil || got.Netns == "" || got.Netns != attached.Netns || got.ID != attached.ContainerID {
+		t.Errorf("the runtime names pod %s's sandbox %+v (%v); the CNI plugin attached it in %q, as container %q", pod, got, err, attached.Netns, attached.ContainerID)
 	}
-	if _, err := rt.PodNetns(t.Context(), "no-such-pod"); !errors.Is(err, cri.ErrNoSandbox) {
+	if _, err := rt.PodSandbox(t.Context(), "no-such-pod"); !errors.Is(err, cri.ErrNoSandbox) {
 		t.Errorf("a pod that does not run: %v, want %v", err, cri.ErrNoSandbox)
 	}
 }

@@ -112,11 +112,17 @@ func TestFirewall(t *testing.T) {
 	check := func(when string, probes ...probe) {
 		t.Helper()
 		for _, c := range probes {
+			reaches := func() bool {
+				if c.udp {
+					return c.from.udp(t, c.to, c.port)
+				}
+				return c.from.connects(t, c.to, c.port)
+			}
 			got := false
-			if c.udp {
-				got = c.from.udp(t, c.to, c.port)
+			if c.want {
+				got = eventually(reaches)
 			} else {
-				got = c.from.connects(t, c.to, c.port)
+				got = reaches()
 			}
 			if got != c.want {
 				proto := "tcp"
@@ -247,7 +253,7 @@ func TestFirewallIPv6(t *testing.T) {
 	// cross the table with p2 isolated in egress.
 	noEgress := &PolicyDirection{Selected: []Endpoint{ep(br, a2)}}
 	apply(Policies{{Name: "ns/quiet", Egress: noEgress}})
-	if !p1.connects(t, a2, 80) {
+	if !eventually(func() bool { return p1.connects(t, a2, 80) }) {
 		t.Error("p1 does not connect to p2, isolated in egress only")
 	}
 	if p2.connects(t, a1, 80) || p2.udp(t, a3, 81) {
@@ -261,7 +267,13 @@ func TestFirewallIPv6(t *testing.T) {
 		port int
 		want bool
 	}{{p1, a2, 80, true}, {p1, a2, 81, false}, {p3, a2, 80, false}, {p3, a1, 81, true}, {p2, a3, 80, true}} {
-		if got := c.from.connects(t, c.to, c.port); got != c.want {
+		got := false
+		if c.want {
+			got = eventually(func() bool { return c.from.connects(t, c.to, c.port) })
+		} else {
+			got = c.from.connects(t, c.to, c.port)
+		}
+		if got != c.want {
 			t.Errorf("p2 receiving TCP 80 from p1: %s to [%s]:%d: %v, want %v", c.from.addr, c.to, c.port, got, c.want)
 		}
 	}

@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/testing/nettest"
@@ -103,6 +105,18 @@ func (p pod) connects(t *testing.T, addr string, port int) bool {
 	}
 	_ = conn.Close()
 	return true
+}
+
+// eventually retries a probe that should succeed until it does or 5 s
+// pass: on a loaded machine a first packet can wait on neighbour discovery
+// longer than one probe's deadline. A probe that should fail is asked once.
+func eventually(probe func() bool) bool {
+	ok := false
+	_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		ok = probe()
+		return ok, nil
+	})
+	return ok
 }
 
 // listen opens a TCP listener on every address of the backend's namespace,
