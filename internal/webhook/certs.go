@@ -24,13 +24,23 @@ import (
 // CA signed, all PEM.
 type Bundle struct {
 	CACert, CAKey, Cert, Key []byte
+	// version is the stored bundle's version (a Secret's
+	// resourceVersion), "" for a bundle not stored yet: a store refuses
+	// to save over a bundle someone else stored since.
+	version string
 }
+
+// errStoredMeanwhile is a store's refusal to save over a bundle another
+// replica stored after this one loaded.
+var errStoredMeanwhile = errors.New("the webhook certificates were stored by another replica meanwhile")
 
 // CertStore persists the Bundle, so that a restart keeps the CA that the
 // webhook configurations trust.
 type CertStore interface {
 	// Load returns nil and no error when nothing is stored yet.
 	Load(ctx context.Context) (*Bundle, error)
+	// Save stores b, or returns errStoredMeanwhile when what is stored is
+	// no longer what b was loaded from.
 	Save(ctx context.Context, b *Bundle) error
 }
 
@@ -55,11 +65,36 @@ func NewCertManager(store CertStore, serving pki.ServingCert) *CertManager {
 }
 
 // Ensure loads the stored bundle and makes or renews what is missing or
-// within a third of its lifetime of expiry.
+// within a third of its lifetime of expiry. Replicas starting together
+// each find nothing stored and make a CA: the first to store it wins and
+// the others take its bundle, so that every replica serves a certificate
+// of the CA the webhook configurations trust.
 func (m *CertManager) Ensure(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		b, err := m.ensureStored(ctx)
+		if errors.Is(err, errStoredMeanwhile) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		cert, err := tls.X509KeyPair(b.Cert, b.Key)
+		if err != nil {
+			return fmt.Errorf("webhook serving certificate: %w", err)
+		}
+		m.mu.Lock()
+		m.bundle, m.cert = b, &cert
+		m.mu.Unlock()
+		return nil
+	}
+}
+
+// ensureStored loads the bundle, makes or renews what it lacks, and
+// stores what changed.
+func (m *CertManager) ensureStored(ctx context.Context) (*Bundle, error) {
 	b, err := m.store.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("loading webhook certificates: %w", err)
+		return nil, fmt.Errorf("loading webhook certificates: %w", err)
 	}
 	if b == nil {
 		b = &Bundle{}
@@ -67,36 +102,29 @@ func (m *CertManager) Ensure(ctx context.Context) error {
 	changed := false
 	if len(b.CACert) == 0 || len(b.CAKey) == 0 {
 		if b.CAKey, err = pki.NewKeyPEM(); err != nil {
-			return err
+			return nil, err
 		}
 		if b.CACert, err = pki.NewCAPEM("netop-webhook-ca", b.CAKey); err != nil {
-			return err
+			return nil, err
 		}
 		b.Cert, changed = nil, true
 	}
 	if len(b.Cert) == 0 || len(b.Key) == 0 || !m.serving.Current(b.Cert, time.Now()) {
 		if b.Key, err = pki.NewKeyPEM(); err != nil {
-			return err
+			return nil, err
 		}
 		if b.Cert, err = m.serving.Sign(b.CACert, b.CAKey, b.Key); err != nil {
-			return err
+			return nil, err
 		}
 		changed = true
 		klog.FromContext(ctx).Info("Issued webhook serving certificate", "dnsNames", m.serving.DNSNames, "ips", m.serving.IPs)
 	}
 	if changed {
 		if err := m.store.Save(ctx, b); err != nil {
-			return fmt.Errorf("saving webhook certificates: %w", err)
+			return nil, fmt.Errorf("saving webhook certificates: %w", err)
 		}
 	}
-	cert, err := tls.X509KeyPair(b.Cert, b.Key)
-	if err != nil {
-		return fmt.Errorf("webhook serving certificate: %w", err)
-	}
-	m.mu.Lock()
-	m.bundle, m.cert = b, &cert
-	m.mu.Unlock()
-	return nil
+	return b, nil
 }
 
 // RenewLoop checks the certificate every interval until ctx is done. When
@@ -198,26 +226,32 @@ func (s SecretStore) Load(ctx context.Context) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bundle{}
+	b := &Bundle{version: secret.ResourceVersion}
 	for i, f := range b.fields() {
 		*f = secret.Data[bundleFiles[i]]
 	}
 	return b, nil
 }
 
-// Save creates or updates the Secret.
+// Save creates the Secret, or updates the one b was loaded from (its
+// resourceVersion: another replica's save in between is a conflict).
 func (s SecretStore) Save(ctx context.Context, b *Bundle) error {
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: b.version},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{},
 	}
 	for i, f := range b.fields() {
 		secret.Data[bundleFiles[i]] = *f
 	}
-	_, err := s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
+	var err error
+	if b.version == "" {
 		_, err = s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	} else {
+		_, err = s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+	}
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %v", errStoredMeanwhile, err)
 	}
 	return err
 }
