@@ -105,8 +105,21 @@ func startStandaloneWith(t *testing.T, args ...string) *standalone {
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			// A test that failed before stopping it: Ctrl-C first, so that
+			// its node stops its pods (a killed node leaves its containers
+			// running, holding its namespaces, underlay and pod routes,
+			// which the next test's standalone then cannot have), then
+			// SIGKILL if it does not exit within a minute.
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			exited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(exited) }()
+			select {
+			case <-exited:
+				return
+			case <-time.After(time.Minute):
+			}
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-exited
 		}
 	})
 	lines := make(chan string)
