@@ -30,6 +30,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/logging"
 	"github.com/netop-dev/netop/internal/operator"
@@ -195,11 +196,15 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 			logger.Error(err, "Running without a node: pods will be stored but not run")
 		default:
 			defer stopNodes()
+			if !multi {
+				nodes[0].hotPlug(opts)
+			}
 		}
 		if multi && nodeOpts.operator {
 			for _, n := range nodes {
 				o := *opts
 				o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
+				n.hotPlug(&o)
 				o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
 				agents = append(agents, &o)
 			}
@@ -279,7 +284,16 @@ func (o nodeOptions) names() []string {
 // standaloneNode is one of the standalone's nodes.
 type standaloneNode struct {
 	name, netns string
-	node        *node.Node
+	// dataDir is the node's (node.Config.DataDir).
+	dataDir string
+	node    *node.Node
+}
+
+// hotPlug has netop attach the node's running pods through its runtime,
+// recording in its CNI plugin's records.
+func (n *standaloneNode) hotPlug(o *operator.Options) {
+	o.HotPlug = hotplug.Config{CRISocket: node.ContainerdSocket(n.dataDir), Node: n.name, CNIConfig: node.PodNetwork}
+	o.CNIDataDir = node.CNIDataDir(n.dataDir)
 }
 
 // startNodes makes the underlay, serves the cluster's own Services on it,
@@ -351,6 +365,7 @@ func startNodes(ctx context.Context, cp *controlplane.ControlPlane, o nodeOption
 		if len(nodes) == 1 {
 			cfg.DataDir = cp.DataDir
 		}
+		n.dataDir = cfg.DataDir
 		g.Go(func() (err error) {
 			n.node, err = startNode(ctx, cp, cfg, started)
 			return err

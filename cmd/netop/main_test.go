@@ -14,10 +14,10 @@ func TestRolesTakeTheirOwnFlags(t *testing.T) {
 		has     []string
 		lacks   []string
 	}{
-		{"agent", []string{"node-name", "install-cni", "netns", "kube-api-qps", "metrics-addr"},
-			[]string{"webhook-addr", "ats", "initialize-workloads", "leader-elect", "backend", "deployment-networks", "cni-data-dir"}},
+		{"agent", []string{"node-name", "install-cni", "netns", "kube-api-qps", "metrics-addr", "cri-socket", "cni-data-dir"},
+			[]string{"webhook-addr", "ats", "initialize-workloads", "leader-elect", "backend", "deployment-networks"}},
 		{"controller", []string{"webhook-addr", "ats", "leader-elect", "backend", "neutron-endpoint"},
-			[]string{"node-name", "install-cni", "cni-bin-dir", "netns"}},
+			[]string{"node-name", "install-cni", "cni-bin-dir", "netns", "cri-socket"}},
 		{"run", []string{"webhook-addr", "ats", "backend", "netns"},
 			[]string{"node-name", "install-cni"}},
 	} {

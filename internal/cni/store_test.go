@@ -3,6 +3,7 @@ package cni
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,44 @@ func TestStore(t *testing.T) {
 		if err := s.Save(Record{ContainerID: bad}); err == nil {
 			t.Errorf("container ID %q accepted", bad)
 		}
+	}
+}
+
+// Forget returns the store's errors rather than dropping them: a record
+// it cannot rewrite or remove is one DEL or GC must try again.
+func TestForgetReturnsStoreErrors(t *testing.T) {
+	record := Record{ContainerID: "c-forget", Netns: "/run/netns/x", Pod: "ns1/pod1", Interfaces: []RecordedInterface{
+		{Config: "netop-test", Interface: "net1", Network: "ns1/a"}, {Config: "netop-test", Interface: "net2", Network: "ns1/b"},
+	}}
+	// A file where the records' directory should be.
+	broken := Store{Dir: filepath.Join(t.TempDir(), "records")}
+	if err := os.WriteFile(broken.Dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := broken.Forget(record, []string{"net1"}); err == nil || !strings.Contains(err.Error(), "c-forget") || !strings.Contains(err.Error(), "net1") {
+		t.Errorf("forgetting one of two, records unwritable: %v", err)
+	}
+	if err := broken.Forget(record, []string{"net1", "net2"}); err == nil || !strings.Contains(err.Error(), "removing the record of c-forget") {
+		t.Errorf("forgetting all, records unwritable: %v", err)
+	}
+
+	store := Store{Dir: filepath.Join(t.TempDir(), "records")}
+	if err := store.Save(record); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Forget(record, []string{"net1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := store.Load("c-forget"); err != nil || !ok || len(got.Interfaces) != 1 || got.Interfaces[0].Interface != "net2" {
+		t.Errorf("after forgetting net1: %+v %v %v", got, ok, err)
+	}
+	if len(record.Interfaces) != 2 {
+		t.Errorf("forget changed its caller's record: %+v", record.Interfaces)
+	}
+	if err := store.Forget(record, []string{"net1", "net2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := store.Load("c-forget"); ok || err != nil {
+		t.Errorf("record left after forgetting all: %v %v", ok, err)
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -88,6 +90,19 @@ func (r *Runtime) PodSandbox(ctx context.Context, uid string) (Sandbox, error) {
 		return Sandbox{}, fmt.Errorf("pod %s's sandbox %s: %w", uid, sandbox.Id, err)
 	}
 	return Sandbox{ID: sandbox.Id, Netns: path}, nil
+}
+
+// SandboxReady says whether the sandbox with that ID is still ready; one
+// the runtime no longer has is not.
+func (r *Runtime) SandboxReady(ctx context.Context, id string) (bool, error) {
+	status, err := r.Service.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if grpcstatus.Code(err) == codes.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("status of sandbox %s: %w", id, err)
+	}
+	return status.Status.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY, nil
 }
 
 // netnsOf reads the network namespace from a sandbox's verbose status:

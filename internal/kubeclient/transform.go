@@ -31,6 +31,9 @@ func TrimPod(obj any) (any, error) {
 	trimmed := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Labels: pod.Labels, Annotations: pod.Annotations, Finalizers: pod.Finalizers, DeletionTimestamp: pod.DeletionTimestamp},
+		// The node, for hot-plug: only a pod a node runs has interfaces
+		// that must be taken down before its addresses are freed.
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}
 	// Network policies select pods by label and name their ports.

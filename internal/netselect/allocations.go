@@ -33,6 +33,43 @@ type Allocation struct {
 	// Routes are the Network's spec.routes when the addresses were
 	// allocated, for the interface to carry.
 	Routes []Route `json:"routes,omitempty"`
+	// Detaching: the pod no longer asks for the interface. The addresses
+	// stay the pod's until its node acknowledges (DetachedAnnotation) that
+	// the interface is not configured in the pod's sandbox: no address is
+	// handed to another pod while this one may still use it.
+	Detaching bool `json:"detaching,omitempty"`
+}
+
+// Key names the allocation in DetachedAnnotation: its interface and its
+// Network's UID.
+func (a Allocation) Key() string { return a.Interface + "/" + string(a.NetworkUID) }
+
+// DetachedAnnotation is the pod's node acknowledging detaching
+// allocations (a comma-separated list of their keys) that are not
+// configured in the pod's sandbox: the allocation controller then frees
+// their addresses and drops them, and this annotation, in one write.
+const DetachedAnnotation = "networks.netop.dev/detached"
+
+// ParseDetached reads DetachedAnnotation into a set of keys.
+func ParseDetached(annotation string) map[string]bool {
+	out := map[string]bool{}
+	for _, k := range strings.Split(annotation, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// Active are the allocations a pod still asks for (not detaching).
+func Active(allocations []Allocation) []Allocation {
+	var out []Allocation
+	for _, a := range allocations {
+		if !a.Detaching {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Route is a route an interface carries: to Dst (a prefix) through GW.

@@ -30,6 +30,10 @@ type Selection struct {
 	// Interface is the pod's interface for it: as asked, else net1, net2,
 	// … in list order.
 	Interface string
+	// Named: the interface was asked for by name; else Interface is the
+	// default of the selection's place in the list, which a running pod's
+	// edit may not keep (Diff).
+	Named bool
 	// IPs are static addresses asked for; a prefix length, if given, must
 	// be the Network's.
 	IPs []netip.Prefix
@@ -119,7 +123,7 @@ func parseShort(item string) (element, error) {
 
 func (e element) selection(i int, podNamespace string) (Selection, error) {
 	field := func(f string) string { return fmt.Sprintf("%s[%d].%s", NetworksAnnotation, i, f) }
-	s := Selection{Namespace: e.Namespace, Name: e.Name, Interface: e.Interface}
+	s := Selection{Namespace: e.Namespace, Name: e.Name, Interface: e.Interface, Named: e.Interface != ""}
 	if s.Namespace == "" {
 		s.Namespace = podNamespace
 	}

@@ -3,6 +3,7 @@ package netselect
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,68 @@ func TestWithNetwork(t *testing.T) {
 	}
 	if got, _, err := WithNetwork("other", "default", ""); err == nil {
 		t.Errorf("WithNetwork added a Network without a name: %q", got)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	have := []Allocation{
+		{Network: "ns/a", NetworkUID: "ua", Interface: "net1"},
+		{Network: "ns/b", NetworkUID: "ub", Interface: "net2"},
+		{Network: "ns/old", NetworkUID: "uo", Interface: "net3", Detaching: true},
+	}
+	names := func(as []Allocation) (out []string) {
+		for _, a := range as {
+			out = append(out, a.Interface+"@"+a.Network)
+		}
+		return out
+	}
+	added := func(ss []Selection) (out []string) {
+		for _, s := range ss {
+			out = append(out, s.Interface+"@"+s.Namespace+"/"+s.Name)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		annotation           string
+		kept, added, removed []string
+		err                  string
+	}{
+		{annotation: "a,b", kept: []string{"net1@ns/a", "net2@ns/b"}},
+		// Removing the first keeps the second's name, not its place's.
+		{annotation: "b", kept: []string{"net2@ns/b"}, removed: []string{"net1@ns/a"}},
+		// An added Network takes its place's name when free, else the
+		// lowest free one (net3 is still detaching).
+		{annotation: "a,b,c", kept: []string{"net1@ns/a", "net2@ns/b"}, added: []string{"net4@ns/c"}},
+		{annotation: "b,c", kept: []string{"net2@ns/b"}, added: []string{"net4@ns/c"}, removed: []string{"net1@ns/a"}},
+		{annotation: "c,b", kept: []string{"net2@ns/b"}, added: []string{"net4@ns/c"}, removed: []string{"net1@ns/a"}},
+		{annotation: "a,b,c@data", kept: []string{"net1@ns/a", "net2@ns/b"}, added: []string{"data@ns/c"}},
+		{annotation: "a@net1,b", kept: []string{"net1@ns/a", "net2@ns/b"}},
+		// A second interface on a kept Network.
+		{annotation: "a,b,a", kept: []string{"net1@ns/a", "net2@ns/b"}, added: []string{"net4@ns/a"}},
+		// Replacing net2's Network under the same name.
+		{annotation: "a,c@net2", kept: []string{"net1@ns/a"}, added: []string{"net2@ns/c"}, removed: []string{"net2@ns/b"}},
+		{annotation: "", removed: []string{"net1@ns/a", "net2@ns/b"}},
+		{annotation: "a@eth1,b", err: `interface: "eth1": the pod's interface on Network ns/a is net1`},
+		{annotation: "c@net1,a", err: `"net1": the pod's interface on Network ns/a has that name`},
+	} {
+		t.Run(tc.annotation, func(t *testing.T) {
+			selections, err := Parse(tc.annotation, "ns")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Diff(have, selections)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(names(c.Kept), tc.kept) || !slices.Equal(added(c.Added), tc.added) || !slices.Equal(names(c.Removed), tc.removed) {
+				t.Errorf("kept %v added %v removed %v; want %v %v %v", names(c.Kept), added(c.Added), names(c.Removed), tc.kept, tc.added, tc.removed)
+			}
+		})
 	}
 }

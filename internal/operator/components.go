@@ -78,6 +78,11 @@ var components = []component{{
 			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
 	},
 }, {
+	name: "hot-plug", roles: buildingBridges,
+	flags:    func(o *Options, fs *pflag.FlagSet) { o.HotPlug.AddFlags(fs) },
+	validate: func(o *Options) error { return o.HotPlug.Validate(o.nodeName()) },
+	build:    newHotPlug,
+}, {
 	name: "network policy enforcement", roles: buildingBridges,
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		if s.firewall == nil {
@@ -114,10 +119,9 @@ var components = []component{{
 	},
 }, {
 	name: "NetworkAttachmentDefinition controller", roles: clusterWide, leaderOnly: true,
-	flags: func(o *Options, fs *pflag.FlagSet) { o.NADs.AddFlags(fs) },
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		c, nads, err := nad.NewWhereInstalled(ctx, s.config, s.kube, s.opts.Resync, s.opts.Namespace, s.netop.Samplecrd().V2().Networks(),
-			s.recorder, s.metrics, nad.Options{Workers: s.opts.Workers, Kubeconfig: s.opts.CNIKubeconfig, DataDir: s.opts.NADs.DataDir})
+			s.recorder, s.metrics, nad.Options{Workers: s.opts.Workers, Kubeconfig: s.opts.CNIKubeconfig, DataDir: s.opts.CNIDataDir})
 		if c == nil || err != nil {
 			return nil, err
 		}

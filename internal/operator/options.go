@@ -17,7 +17,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/deploynet"
-	"github.com/netop-dev/netop/internal/controller/nad"
+	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/controller/workload"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/leader"
@@ -76,6 +76,10 @@ type Options struct {
 	// credentials: where the agents install them, and what the
 	// NetworkAttachmentDefinitions kept for Multus name.
 	CNIKubeconfig string
+	// CNIDataDir is the path, on the nodes, of the CNI plugin's records:
+	// what the NetworkAttachmentDefinitions name, and where hot-plug
+	// records what it attaches.
+	CNIDataDir string
 
 	Metrics metrics.Options
 	Backend backends.Options
@@ -87,7 +91,7 @@ type Options struct {
 	Workloads          workload.Config
 	DeploymentNetworks deploynet.Config
 	Ats                at.Config
-	NADs               nad.Config
+	HotPlug            hotplug.Config
 }
 
 // NewOptions returns the defaults for an operator in a cluster.
@@ -109,7 +113,7 @@ func NewOptions() *Options {
 		Workloads:          workload.NewConfig(),
 		DeploymentNetworks: deploynet.NewConfig(),
 		Ats:                at.NewConfig(),
-		NADs:               nad.NewConfig(),
+		CNIDataDir:    "/var/lib/cni/netop",
 	}
 }
 
@@ -159,6 +163,7 @@ func (o *Options) addSharedFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "Identity of this cluster, recorded on every backend network: netops of several clusters sharing a network namespace or a Neutron project touch only their own cluster's networks. Default: the UID of the kube-system namespace.")
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
+	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments: written into the NetworkAttachmentDefinitions, and where hot-plug records what it attaches.")
 	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
 }
 

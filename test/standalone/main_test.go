@@ -72,6 +72,8 @@ type standalone struct {
 	cmd        *exec.Cmd
 	kubeconfig string
 	stderr     *strings.Builder
+	// netns is the backend's network namespace, where known.
+	netns string
 }
 
 // startStandalone runs netop-standalone on dataDir and waits for the line

@@ -588,6 +588,7 @@ func startWithNode(t *testing.T) (sa *standalone, dataDir string, stop func()) {
 	t.Cleanup(func() { _ = nettest.DeleteNetns(backendNetns) })
 	sa = startStandaloneWith(t, "--data-dir", dataDir, "--netns", backendNetns, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
 		"--node=true", "--node-name="+testNodeName)
+	sa.netns = backendNetns
 	return sa, dataDir, func() {
 		sa.stop(t)
 		if left := leftovers(dataDir); len(left) > 0 {

@@ -24,11 +24,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -45,7 +42,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/netselect"
@@ -203,6 +199,9 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	// An interface being detached (hot-plug) is not made again: its
+	// addresses are about to be freed.
+	allocations = netselect.Active(allocations)
 	if conf.Network != "" {
 		i := slices.IndexFunc(allocations, func(a netselect.Allocation) bool { return a.Network == conf.Network && a.Interface == args.IfName })
 		if i < 0 {
@@ -220,10 +219,13 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 		return err
 	}
 	defer attacher.Close()
-	record, err := recordFor(conf, args, string(pa.K8S_POD_NAMESPACE)+"/"+string(pa.K8S_POD_NAME), allocations)
+	record, _, err := conf.store().Load(args.ContainerID)
 	if err != nil {
 		return err
 	}
+	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, string(pa.K8S_POD_NAMESPACE)+"/"+string(pa.K8S_POD_NAME)
+	// A delegate adds one interface per call.
+	record = record.With(conf.Name, allocations)
 	// Recorded before anything is made, so that a DEL or GC after a crash
 	// here knows what to undo.
 	if err := conf.store().Save(record); err != nil {
@@ -250,13 +252,13 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 				undone = append(undone, a.Interface)
 			}
 		}
-		if err := forget(conf.store(), record, undone); err != nil {
+		if err := conf.store().Forget(record, undone); err != nil {
 			errs = append(errs, fmt.Errorf("undoing: %w", err))
 		}
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
-		at, err := attachmentFor(args, a)
+		at, err := cni.AttachmentOf(args.ContainerID, args.Netns, a)
 		if err != nil {
 			return undo(err)
 		}
@@ -290,87 +292,6 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	return types.PrintResult(result, conf.CNIVersion)
 }
 
-// recordFor is the container's record with the allocations added (a
-// delegate adds one interface per call).
-func recordFor(conf *Config, args *skel.CmdArgs, pod string, allocations []netselect.Allocation) (cni.Record, error) {
-	record, _, err := conf.store().Load(args.ContainerID)
-	if err != nil {
-		return record, err
-	}
-	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, pod
-	for _, a := range allocations {
-		record.Interfaces = slices.DeleteFunc(record.Interfaces, func(r cni.RecordedInterface) bool { return r.Interface == a.Interface })
-		record.Interfaces = append(record.Interfaces, cni.RecordedInterface{
-			Config: conf.Name, Interface: a.Interface, Network: a.Network, Bridge: linux.BridgeName(a.NetworkUID),
-			HostVeth: cni.HostVethName(args.ContainerID, a.Interface), IPs: a.IPs, MAC: a.MAC,
-		})
-	}
-	return record, nil
-}
-
-// forget drops interfaces from the container's record, and the record once
-// it has none. The record is the one the command read: the runtime runs
-// one command at a time for a container, and GC forgets only containers
-// the runtime no longer has.
-func forget(store cni.Store, record cni.Record, interfaces []string) error {
-	if len(interfaces) == 0 {
-		return nil
-	}
-	record.Interfaces = slices.DeleteFunc(slices.Clone(record.Interfaces), func(r cni.RecordedInterface) bool {
-		return slices.Contains(interfaces, r.Interface)
-	})
-	if len(record.Interfaces) == 0 {
-		if err := store.Remove(record.ContainerID); err != nil {
-			return fmt.Errorf("removing the record of %s: %w", record.ContainerID, err)
-		}
-		return nil
-	}
-	if err := store.Save(record); err != nil {
-		return fmt.Errorf("removing %s from the record of %s: %w", strings.Join(interfaces, ", "), record.ContainerID, err)
-	}
-	return nil
-}
-
-// prefixes parses addresses as allocations and records write them, with
-// the Network's prefix length.
-func prefixes(ips []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, ip := range ips {
-		p, err := netip.ParsePrefix(ip)
-		if err != nil {
-			return nil, fmt.Errorf("address %q: %w", ip, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-func attachmentFor(args *skel.CmdArgs, a netselect.Allocation) (cni.Attachment, error) {
-	at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: a.Interface, Bridge: linux.BridgeName(a.NetworkUID)}
-	var err error
-	if at.Addresses, err = prefixes(a.IPs); err != nil {
-		return at, fmt.Errorf("allocation on Network %s: %w", a.Network, err)
-	}
-	if a.MAC != "" {
-		mac, err := net.ParseMAC(a.MAC)
-		if err != nil {
-			return at, fmt.Errorf("allocation on Network %s: mac %q: %w", a.Network, a.MAC, err)
-		}
-		at.MAC = mac
-	}
-	for _, r := range a.Routes {
-		dst, errDst := netip.ParsePrefix(r.Dst)
-		gw, errGW := netip.ParseAddr(r.GW)
-		if errDst != nil || errGW != nil {
-			return at, fmt.Errorf("allocation on Network %s: route %+v: %w", a.Network, r, errors.Join(errDst, errGW))
-		}
-		at.Routes = append(at.Routes, cni.Route{Dst: dst, GW: gw})
-	}
-	return at, nil
-}
-
-// podAllocations waits until the pod's allocations are written, and returns
-// them (none if it declares no Networks).
 // podClient is the plugin's API client, for one pod.
 func podClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -416,6 +337,8 @@ func writeNetworkStatus(ctx context.Context, kube kubernetes.Interface, pod *cor
 	return nil
 }
 
+// podAllocations waits until the pod's allocations are written, and returns
+// them (none if it declares no Networks).
 func podAllocations(ctx context.Context, kube kubernetes.Interface, namespace, name, uid string) (*corev1.Pod, []netselect.Allocation, error) {
 	// Usually the allocation is there before the sandbox is made; when it
 	// is not, one watch of the pod waits for it rather than polling, which
@@ -549,7 +472,7 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	// A record left behind is not a resource already gone: failing has the
 	// runtime call DEL again, which finds the interfaces gone (not an
 	// error) and retries the record.
-	return forget(conf.store(), record, gone)
+	return conf.store().Forget(record, gone)
 }
 
 func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
@@ -568,7 +491,7 @@ func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 			continue
 		}
 		at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: r.Interface, Bridge: r.Bridge}
-		if at.Addresses, err = prefixes(r.IPs); err != nil {
+		if at.Addresses, err = cni.Prefixes(r.IPs); err != nil {
 			return fmt.Errorf("record of %s: %w", args.ContainerID, err)
 		}
 		if err := attacher.Check(at); err != nil {
@@ -614,7 +537,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 				"interface", i.Interface, "network", i.Network, "hostVeth", i.HostVeth)
 			gone = append(gone, i.Interface)
 		}
-		if err := forget(conf.store(), r, gone); err != nil {
+		if err := conf.store().Forget(r, gone); err != nil {
 			errs = append(errs, err)
 		}
 	}

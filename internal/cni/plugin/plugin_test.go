@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
-
-	"github.com/netop-dev/netop/internal/cni"
 )
 
 // netconf is a configuration as the runtime passes it on stdin.
@@ -229,44 +227,5 @@ func TestLogFileUnusable(t *testing.T) {
 	}
 	if got := lines(stderr); len(got) != 1 || !strings.Contains(got[0], `"Not logging to the file"`) || !strings.Contains(got[0], "logFile: ") {
 		t.Errorf("stderr: %q", stderr)
-	}
-}
-
-// forget returns the store's errors rather than dropping them: a record
-// it cannot rewrite or remove is one DEL or GC must try again.
-func TestForgetReturnsStoreErrors(t *testing.T) {
-	record := cni.Record{ContainerID: "c-forget", Netns: "/run/netns/x", Pod: "ns1/pod1", Interfaces: []cni.RecordedInterface{
-		{Config: "netop-test", Interface: "net1", Network: "ns1/a"}, {Config: "netop-test", Interface: "net2", Network: "ns1/b"},
-	}}
-	// A file where the records' directory should be.
-	broken := cni.Store{Dir: filepath.Join(t.TempDir(), "records")}
-	if err := os.WriteFile(broken.Dir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := forget(broken, record, []string{"net1"}); err == nil || !strings.Contains(err.Error(), "c-forget") || !strings.Contains(err.Error(), "net1") {
-		t.Errorf("forgetting one of two, records unwritable: %v", err)
-	}
-	if err := forget(broken, record, []string{"net1", "net2"}); err == nil || !strings.Contains(err.Error(), "removing the record of c-forget") {
-		t.Errorf("forgetting all, records unwritable: %v", err)
-	}
-
-	store := cni.Store{Dir: filepath.Join(t.TempDir(), "records")}
-	if err := store.Save(record); err != nil {
-		t.Fatal(err)
-	}
-	if err := forget(store, record, []string{"net1"}); err != nil {
-		t.Fatal(err)
-	}
-	if got, ok, err := store.Load("c-forget"); err != nil || !ok || len(got.Interfaces) != 1 || got.Interfaces[0].Interface != "net2" {
-		t.Errorf("after forgetting net1: %+v %v %v", got, ok, err)
-	}
-	if len(record.Interfaces) != 2 {
-		t.Errorf("forget changed its caller's record: %+v", record.Interfaces)
-	}
-	if err := forget(store, record, []string{"net1", "net2"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := store.Load("c-forget"); ok || err != nil {
-		t.Errorf("record left after forgetting all: %v %v", ok, err)
 	}
 }

@@ -3,8 +3,8 @@
 // k8s.v1.cni.cncf.io/networks), it picks an address of each cidr of each
 // Network (one per address family) and a MAC, and writes them on the pod in one patch, as netop's own
 // allocations annotation and as Multus's network-status, for the pod's UID.
-// Written allocations are the pod's for its life. An address is in use
-// exactly while a pod that has not finished carries it: deleted and
+// An address is in use exactly while a pod that has not finished carries
+// it (also while its interface is being detached, hotplug.go): deleted and
 // finished pods free theirs with no write, and a restarted controller
 // rebuilds every Network's pools from the pods
 // before it allocates anything. The CNI plugin on the node reads the
@@ -56,7 +56,10 @@ const (
 	ReasonNetworkNotFound = "NetworkNotFound"
 	ReasonNoFreeAddress   = "NoFreeAddress"
 	ReasonAddressRefused  = "AddressRefused"
-	ReasonNetworksChanged = "NetworksChanged"
+	// ReasonDetaching: the pod no longer asks for an interface; its node
+	// takes it down, and then ReasonReleased.
+	ReasonDetaching = "Detaching"
+	ReasonReleased  = "AddressesReleased"
 	// ReasonNotAdmitted: the pod's namespace may not join a Network it
 	// names (tenancy.Admits).
 	ReasonNotAdmitted = tenancy.Reason
@@ -122,6 +125,9 @@ type Controller struct {
 type held struct {
 	uid         types.UID
 	allocations []netselect.Allocation
+	// written: the allocations are what this controller last wrote, which
+	// an older copy of the pod in the cache must not replace.
+	written bool
 }
 
 // New makes the controller; call it before the informers start.
@@ -144,7 +150,8 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 		AddFunc: c.enqueuePod,
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
-			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] || netselect.HoldingChanged(o, n) {
+			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] || netselect.HoldingChanged(o, n) ||
+				o.Annotations[netselect.DetachedAnnotation] != n.Annotations[netselect.DetachedAnnotation] || o.Spec.NodeName != n.Spec.NodeName {
 				c.enqueuePod(n)
 			}
 		},
@@ -283,17 +290,17 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	selections, parseErr := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
-	// Written allocations are the pod's for its life: its interfaces are
-	// made once, when its sandbox starts (Multus reads the annotation
-	// then too), and freeing an address a running pod has would hand it to
-	// a second pod.
-	if have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation]); err == nil && have != nil {
-		if parseErr != nil || !netselect.Satisfies(have, selections) {
-			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonNetworksChanged,
-				"The pod's Networks are fixed once its addresses are allocated: it keeps %s; recreate it to join others", describe(have))
+	have, haveErr := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	// A pod that holds allocations, or runs already, has its interfaces
+	// follow its selection (hot-plug); written allocations stay the pod's
+	// until its node says it no longer uses them.
+	if haveErr == nil && (have != nil || pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning) {
+		if parseErr != nil {
+			c.adopt(name, pod.UID, have)
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v; the pod keeps %s", parseErr, describe(netselect.Active(have)))
+			return nil
 		}
-		c.adopt(name, pod.UID, have)
-		return nil
+		return c.follow(ctx, pod, have, selections)
 	}
 	if parseErr != nil {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v", parseErr)
@@ -355,6 +362,17 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 		return h.allocations, nil
 	}
 	c.releaseLocked(name, "")
+	out, err := c.allocateLocked(pod, selections)
+	if err != nil {
+		return nil, err
+	}
+	c.held[name] = held{uid: pod.UID, allocations: out}
+	return out, nil
+}
+
+// allocateLocked picks addresses for selections, all or none.
+func (c *Controller) allocateLocked(pod *corev1.Pod, selections []netselect.Selection) ([]netselect.Allocation, error) {
+	name := cache.MetaObjectToName(pod)
 	var out []netselect.Allocation
 	undo := func() {
 		for _, a := range out {
@@ -419,7 +437,6 @@ func (c *Controller) allocate(pod *corev1.Pod, selections []netselect.Selection)
 		a.Routes = routesOf(families)
 		out = append(out, a)
 	}
-	c.held[name] = held{uid: pod.UID, allocations: out}
 	return out, nil
 }
 
@@ -723,7 +740,7 @@ func addresses(a netselect.Allocation) []netip.Prefix {
 func (c *Controller) adopt(name cache.ObjectName, uid types.UID, have []netselect.Allocation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h, ok := c.held[name]; ok && h.uid == uid && len(h.allocations) == len(have) {
+	if h, ok := c.held[name]; ok && h.uid == uid && (h.written || len(h.allocations) == len(have)) {
 		return
 	}
 	for _, a := range have {

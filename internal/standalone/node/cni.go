@@ -16,6 +16,14 @@ const PodCIDR = "10.88.0.0/16"
 // PodBridge is the name of the pods' bridge.
 const PodBridge = "netop-pods"
 
+// PodNetwork is the name of the pods' network configuration, under which
+// netop's plugin records the interfaces it attaches.
+const PodNetwork = "netop-pods"
+
+// CNIDataDir is where netop's CNI plugin records attachments on the node
+// whose data directory is dataDir (Config.DataDir).
+func CNIDataDir(dataDir string) string { return filepath.Join(dataDir, "node", "cni", "netop") }
+
 // cniPluginDir holds Debian's CNI plugins (containernetworking-plugins).
 const cniPluginDir = "/usr/lib/cni"
 
@@ -41,11 +49,11 @@ func writeCNI(dir string, cfg Config) error {
 	if err := os.Symlink(cfg.Executable, netopPlugin); err != nil {
 		return fmt.Errorf("CNI plugin %s: %w", plugin.Type, err)
 	}
-	netop := plugin.Config{Kubeconfig: cfg.Kubeconfig, DataDir: filepath.Join(dir, "cni", "netop")}
+	netop := plugin.Config{Kubeconfig: cfg.Kubeconfig, DataDir: CNIDataDir(cfg.DataDir)}
 	netop.Type = plugin.Type
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
-		"name":       "netop-pods",
+		"name":       PodNetwork,
 		"plugins": []any{map[string]any{
 			"type":        "bridge",
 			"bridge":      PodBridge,

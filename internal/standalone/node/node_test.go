@@ -92,13 +92,14 @@ func TestRegistryServesTheImagesAsTheirMirror(t *testing.T) {
 // network's configuration names the bridge and keeps its addresses under
 // the node's directory.
 func TestWriteCNI(t *testing.T) {
-	dir := t.TempDir()
+	dataDir := t.TempDir()
+	dir := filepath.Join(dataDir, "node")
 	for _, sub := range []string{"cni/net.d", "cni/bin"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := Config{Netns: "netop-x", PodCIDR: "10.88.3.0/24", Kubeconfig: "/k/node.kubeconfig", Executable: "/bin/netop-standalone"}
+	cfg := Config{DataDir: dataDir, Netns: "netop-x", PodCIDR: "10.88.3.0/24", Kubeconfig: "/k/node.kubeconfig", Executable: "/bin/netop-standalone"}
 	if err := writeCNI(dir, cfg); err != nil {
 		t.Fatal(err)
 	}

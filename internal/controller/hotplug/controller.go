@@ -1,0 +1,334 @@
+// Package hotplug is the node's side of hot-plug: a pod that runs on this
+// node gets the interfaces of the Networks added to its selection, and
+// loses those removed, live. The allocation controller (the one writer)
+// decides the addresses and marks removed interfaces detaching; this
+// controller finds the pod's sandbox through the container runtime's CRI
+// (the network namespace no CNI call names once the pod runs), attaches
+// and detaches with the CNI plugin's own code and records (package cni),
+// so that the runtime's CNI DEL later removes what hot-plug added, and
+// writes what is really configured: the pod's network-status, and the
+// acknowledgement of each interface taken down, after which the
+// allocation controller frees its addresses.
+package hotplug
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/controller/runner"
+	"github.com/netop-dev/netop/internal/cri"
+	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netselect"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "hotplug"
+
+// Reasons of the Events on pods.
+const (
+	ReasonAttached           = "NetworkAttached"
+	ReasonDetached           = "NetworkDetached"
+	ReasonAttachFailed       = "NetworkAttachFailed"
+	ReasonDetachFailed       = "NetworkDetachFailed"
+	ReasonRuntimeUnreachable = "RuntimeUnreachable"
+)
+
+// Runtime is the node's container runtime, as package cri asks it.
+type Runtime interface {
+	// PodSandbox is the ready sandbox of the pod with that UID, or
+	// cri.ErrNoSandbox.
+	PodSandbox(ctx context.Context, uid string) (cri.Sandbox, error)
+	// SandboxReady says whether the sandbox of that ID is still ready.
+	SandboxReady(ctx context.Context, id string) (bool, error)
+}
+
+// Options configure the controller.
+type Options struct {
+	// Node is this node's name: only its pods are this controller's.
+	Node     string
+	Runtime  Runtime
+	Attacher *cni.Attacher
+	// Store holds the CNI plugin's records on this node.
+	Store cni.Store
+	// Config is the network configuration an interface is recorded under
+	// when the pod's sandbox has no record yet (it joined no Network when
+	// it started): the one whose GC may remove it.
+	Config  string
+	Workers int
+}
+
+// Controller attaches and detaches the Networks of this node's running
+// pods as their allocations change.
+type Controller struct {
+	*runner.Controller
+	kube     kubernetes.Interface
+	pods     corelisters.PodLister
+	recorder record.EventRecorder
+	opts     Options
+}
+
+// New makes the controller; call it before the informers start.
+func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	c := &Controller{kube: kube, pods: pods.Lister(), recorder: recorder, opts: o}
+	var err error
+	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
+		return nil, err
+	}
+	here := func(obj any) bool {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		pod, ok := obj.(*corev1.Pod)
+		return ok && pod.Spec.NodeName == o.Node
+	}
+	logger := klog.FromContext(ctx)
+	handled, err := pods.Informer().AddEventHandlerWithOptions(cache.FilteringResourceEventHandler{
+		FilterFunc: here,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc: c.Enqueue,
+			UpdateFunc: func(oldObj, newObj any) {
+				o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
+				if o.Status.Phase != n.Status.Phase || o.Annotations[netselect.AllocationsAnnotation] != n.Annotations[netselect.AllocationsAnnotation] ||
+					o.Annotations[netselect.DetachedAnnotation] != n.Annotations[netselect.DetachedAnnotation] {
+					c.Enqueue(n)
+				}
+			},
+			DeleteFunc: c.Enqueue,
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding Pod event handler: %w", err)
+	}
+	c.WaitFor(handled.HasSyncedChecker())
+	return c, nil
+}
+
+// sync makes the interfaces of a running pod's sandbox those its
+// allocations ask for, and says so on the pod.
+func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		return c.sweep(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	// A pod that does not run yet gets its interfaces from the CNI ADD of
+	// its sandbox, which reads the allocations then.
+	if pod.Spec.NodeName != c.opts.Node || pod.Status.Phase != corev1.PodRunning {
+		return nil
+	}
+	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil || allocations == nil {
+		// A pod on no Network has nothing of netop's: its last interfaces
+		// were acknowledged down before the annotation went. A broken
+		// annotation (only the allocation controller writes it) has
+		// nothing to attach by.
+		return nil //nolint:nilerr
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	sandbox, err := c.opts.Runtime.PodSandbox(ctx, string(pod.UID))
+	if errors.Is(err, cri.ErrNoSandbox) {
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRuntimeUnreachable, "Cannot change the pod's Networks: %v", err)
+		return err
+	}
+	rec, _, err := c.opts.Store.Load(sandbox.ID)
+	if err != nil {
+		return err
+	}
+	rec.ContainerID, rec.Netns, rec.Pod = sandbox.ID, sandbox.Netns, name.String()
+	want := netselect.Active(allocations)
+
+	// Interfaces no allocation asks for any more go first: a name may pass
+	// from one Network to another.
+	var gone []string
+	for _, r := range rec.Interfaces {
+		if slices.ContainsFunc(want, func(a netselect.Allocation) bool { return same(r, a) }) {
+			continue
+		}
+		if err := c.opts.Attacher.Del(sandbox.ID, r.Interface); err != nil {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonDetachFailed, "Detaching %s from Network %s: %v", r.Interface, r.Network, err)
+			return errors.Join(err, c.opts.Store.Forget(rec, gone))
+		}
+		gone = append(gone, r.Interface)
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonDetached, "Detached %s (%s) from Network %s", r.Interface, strings.Join(r.IPs, ","), r.Network)
+		logger.Info("Detached", "interface", r.Interface, "network", r.Network, "containerID", sandbox.ID)
+	}
+	if err := c.opts.Store.Forget(rec, gone); err != nil {
+		return err
+	}
+	rec.Interfaces = slices.DeleteFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return slices.Contains(gone, r.Interface) })
+
+	config := c.opts.Config
+	if len(rec.Interfaces) > 0 {
+		config = rec.Interfaces[0].Config
+	}
+	var failed []error
+	for _, a := range want {
+		at, err := cni.AttachmentOf(sandbox.ID, sandbox.Netns, a)
+		if err != nil {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "Attaching %s to Network %s: %v", a.Interface, a.Network, err)
+			continue
+		}
+		recorded := slices.ContainsFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) })
+		if recorded && c.opts.Attacher.Check(at) == nil {
+			continue
+		}
+		// Recorded before anything is made, as the CNI plugin does: a
+		// crash after this leaves a record that a DEL, and this
+		// controller's next sync (which finds it not in place), undo.
+		rec = rec.With(config, []netselect.Allocation{a})
+		if err := c.opts.Store.Save(rec); err != nil {
+			return err
+		}
+		attached, err := c.opts.Attacher.Add(at)
+		if err != nil {
+			// Add leaves nothing behind; the record is dropped with it.
+			err = fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err)
+			if ferr := c.opts.Store.Forget(rec, []string{a.Interface}); ferr != nil {
+				err = errors.Join(err, ferr)
+			}
+			rec.Interfaces = slices.DeleteFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return r.Interface == a.Interface })
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "%v", err)
+			failed = append(failed, err)
+			continue
+		}
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttached, "Attached %s (%s, %s) to Network %s", a.Interface, strings.Join(a.IPs, ","), attached.MAC, a.Network)
+		logger.Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs, "containerID", sandbox.ID, "hostVeth", attached.HostVeth)
+	}
+	return errors.Join(append(failed, c.report(ctx, pod, allocations, rec))...)
+}
+
+// same: the recorded interface is the allocation's.
+func same(r cni.RecordedInterface, a netselect.Allocation) bool {
+	return r.Interface == a.Interface && r.Network == a.Network && slices.Equal(r.IPs, a.IPs)
+}
+
+// report writes on the pod what its sandbox has: network-status with the
+// interfaces of its allocations that are configured (other entries, the
+// pod network's and other plugins', kept as they are), and the
+// acknowledgement of the detaching allocations that are not. Nothing is
+// written when the pod says so already, and nothing if it changed since
+// it was read: its next sync writes what holds then.
+func (c *Controller) report(ctx context.Context, pod *corev1.Pod, allocations []netselect.Allocation, rec cni.Record) error {
+	var current []netselect.Status
+	if s := pod.Annotations[netselect.StatusAnnotation]; s != "" {
+		_ = json.Unmarshal([]byte(s), &current) // one that does not parse is rewritten
+	}
+	ours := map[string]bool{}
+	for _, a := range allocations {
+		ours[a.Interface] = true
+	}
+	var statuses []netselect.Status
+	for _, s := range current {
+		if !ours[s.Interface] {
+			statuses = append(statuses, s)
+		}
+	}
+	var configured []netselect.Allocation
+	var acks []string
+	for _, a := range allocations {
+		in := slices.ContainsFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) })
+		switch {
+		case in && !a.Detaching:
+			configured = append(configured, a)
+		case !in && a.Detaching:
+			acks = append(acks, a.Key())
+		}
+	}
+	statuses = append(statuses, netselect.StatusesOf(configured)...)
+	ack := strings.Join(acks, ",")
+	if reflect.DeepEqual(normal(current), normal(statuses)) && pod.Annotations[netselect.DetachedAnnotation] == ack {
+		return nil
+	}
+	status, err := netselect.StatusAnnotationValue(statuses)
+	if err != nil {
+		return err
+	}
+	var ackValue any
+	if ack != "" {
+		ackValue = ack
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "resourceVersion": pod.ResourceVersion,
+		"annotations": map[string]any{netselect.StatusAnnotation: status, netselect.DetachedAnnotation: ackValue}}})
+	if err != nil {
+		return err
+	}
+	// Through pods/status, as the CNI plugin writes network-status with
+	// the node's credentials.
+	_, err = c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("writing the pod's network-status: %w", err)
+	}
+	return nil
+}
+
+// normal is statuses as JSON compares them: nil and empty alike.
+func normal(statuses []netselect.Status) string {
+	data, _ := json.Marshal(statuses)
+	if string(data) == "null" {
+		return "[]"
+	}
+	return string(data)
+}
+
+// sweep detaches what the records of a deleted pod still hold in sandboxes
+// the runtime no longer has ready: the runtime's CNI DEL removes what it
+// knows of (all of a chained configuration's interfaces), and this
+// removes what hot-plug added beside Multus's delegates, whose DEL covers
+// only the interfaces Multus attached.
+func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
+	records, err := c.opts.Store.List()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range records {
+		if r.Pod != name.String() {
+			continue
+		}
+		ready, err := c.opts.Runtime.SandboxReady(ctx, r.ContainerID)
+		if err != nil || ready {
+			// Asked again later: the runtime stops the sandbox after the
+			// pod is gone from the API, or answers again.
+			errs = append(errs, fmt.Errorf("pod %s: sandbox %s still ready (%v)", name, r.ContainerID, err))
+			continue
+		}
+		var gone []string
+		for _, i := range r.Interfaces {
+			if err := c.opts.Attacher.Del(r.ContainerID, i.Interface); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			gone = append(gone, i.Interface)
+		}
+		if err := c.opts.Store.Forget(r, gone); err != nil {
+			errs = append(errs, err)
+		}
+		klog.FromContext(ctx).V(1).Info("Removed what a deleted pod's sandbox still recorded", "pod", name, "containerID", r.ContainerID, "interfaces", gone)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,144 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/netselect"
+)
+
+// follow has the interfaces of a pod that holds allocations, or runs,
+// follow its selection (hot-plug). Added selections get addresses at
+// once; the node attaches them and writes network-status. Removed ones
+// are marked detaching and keep their addresses until the pod's node
+// acknowledges that the interface is down (netselect.DetachedAnnotation):
+// only then are they freed, so no address is ever configured in two pods.
+// A pod no node runs has nothing to take down: its removed allocations
+// are freed at once. One write per change, made only if the pod is still
+// the version read (the node writes the acknowledgement the same way), so
+// that neither writer acts on the other's stale state.
+func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netselect.Allocation, selections []netselect.Selection) error {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	name := cache.MetaObjectToName(pod)
+	c.adopt(name, pod.UID, have)
+	change, err := netselect.Diff(have, selections)
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v; the pod keeps %s", err, describe(netselect.Active(have)))
+		return nil
+	}
+	acked := netselect.ParseDetached(pod.Annotations[netselect.DetachedAnnotation])
+	unbound := pod.Spec.NodeName == ""
+	var next, detaching, freed []netselect.Allocation
+	for _, a := range have {
+		removed := !a.Detaching && slices.ContainsFunc(change.Removed, func(r netselect.Allocation) bool { return r.Key() == a.Key() })
+		switch {
+		case (a.Detaching || removed) && (unbound || acked[a.Key()]):
+			freed = append(freed, a)
+		case removed:
+			a.Detaching = true
+			detaching = append(detaching, a)
+			next = append(next, a)
+		default:
+			next = append(next, a)
+		}
+	}
+	// A name still held by an interface being detached is added once
+	// that one is gone: the acknowledgement brings the pod back here.
+	var adds []netselect.Selection
+	for _, s := range change.Added {
+		if !slices.ContainsFunc(next, func(a netselect.Allocation) bool { return a.Interface == s.Interface }) {
+			adds = append(adds, s)
+		}
+	}
+	var added []netselect.Allocation
+	if len(adds) > 0 {
+		c.mu.Lock()
+		added, err = c.allocateLocked(pod, adds)
+		c.mu.Unlock()
+		var wait *waitError
+		switch {
+		case errors.As(err, &wait):
+			// What is removed goes on; the additions wait.
+			c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
+			logger.V(1).Info("Pod waits for added networks", "reason", wait.reason, "message", wait.msg)
+		case err != nil:
+			return err
+		}
+	}
+	if len(added) == 0 && len(detaching) == 0 && len(freed) == 0 {
+		return nil
+	}
+	next = append(next, added...)
+	if err := c.writeChange(ctx, pod, next, len(acked) > 0); err != nil {
+		c.mu.Lock()
+		for _, a := range added {
+			c.freeLocked(pod.UID, a)
+		}
+		c.mu.Unlock()
+		if apierrors.IsNotFound(err) {
+			c.release(name, pod.UID)
+		}
+		return err
+	}
+	c.mu.Lock()
+	for _, a := range freed {
+		c.freeLocked(pod.UID, a)
+	}
+	c.held[name] = held{uid: pod.UID, allocations: next, written: true}
+	c.mu.Unlock()
+	for _, a := range slices.Concat(added, detaching, freed) {
+		c.changed(networkName(a))
+	}
+	for _, a := range freed {
+		c.wakeNetwork(a.Network)
+	}
+	if len(added) > 0 {
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(added))
+	}
+	if len(detaching) > 0 {
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonDetaching, "Detaching %s: its addresses are freed once the pod's node took the interface down", describe(detaching))
+	}
+	if len(freed) > 0 {
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonReleased, "Released %s", describe(freed))
+	}
+	logger.V(1).Info("Networks changed", "added", describe(added), "detaching", describe(detaching), "released", describe(freed))
+	return nil
+}
+
+// writeChange writes a pod's new allocations (none removes the
+// annotation) if the pod is still at the version read, and with
+// clearAcks the node's acknowledgements, which the write consumes.
+func (c *Controller) writeChange(ctx context.Context, pod *corev1.Pod, allocations []netselect.Allocation, clearAcks bool) error {
+	var value any
+	if len(allocations) > 0 {
+		own, err := json.Marshal(allocations)
+		if err != nil {
+			return err
+		}
+		value = string(own)
+	}
+	annotations := map[string]any{netselect.AllocationsAnnotation: value}
+	if clearAcks {
+		annotations[netselect.DetachedAnnotation] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": pod.UID, "resourceVersion": pod.ResourceVersion, "annotations": annotations,
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("writing the pod's changed allocations: %w", err)
+	}
+	return nil
+}
