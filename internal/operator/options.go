@@ -113,7 +113,7 @@ func NewOptions() *Options {
 		Workloads:          workload.NewConfig(),
 		DeploymentNetworks: deploynet.NewConfig(),
 		Ats:                at.NewConfig(),
-		CNIDataDir:    "/var/lib/cni/netop",
+		CNIDataDir:         "/var/lib/cni/netop",
 	}
 }
 

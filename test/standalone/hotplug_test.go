@@ -89,7 +89,9 @@ func TestHotPlug(t *testing.T) {
 	if next.IPs[0] != net2.IPs[0] {
 		t.Errorf("hp-next got %v, want the address hp-b had free, %s", next.IPs, net2.IPs[0])
 	}
-	order := events.until(t, func(p *corev1.Pod) bool { return p.Name == "hp-next" && p.Annotations[netselect.AllocationsAnnotation] != "" })
+	order := events.until(t, func(p *corev1.Pod) bool {
+		return p.Name == "hp-next" && p.Annotations[netselect.AllocationsAnnotation] != ""
+	})
 	acked := slices.IndexFunc(order, func(p *corev1.Pod) bool {
 		return p.Name == "hp" && strings.Contains(p.Annotations[netselect.DetachedAnnotation], "net2/")
 	})
