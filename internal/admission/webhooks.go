@@ -170,9 +170,16 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Expression: "has(object.metadata.annotations) && ('" + samplecrd.DeploymentNetworkAnnotation + "' in object.metadata.annotations || '" +
 			samplecrd.DeploymentNetworkCIDRAnnotation + "' in object.metadata.annotations)",
 	}}
+	// A pod's Networks are checked when it is created and when an update
+	// changes them (hot-plug); its other updates cost no call.
+	podNetworkRule := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule:       podRule[0].Rule,
+	}}
 	namesNetworks := []admissionregistrationv1.MatchCondition{{
-		Name:       "names-networks",
-		Expression: "has(object.metadata.annotations) && '" + netselect.NetworksAnnotation + "' in object.metadata.annotations",
+		Name: "names-networks-new-or-changed",
+		Expression: annotation("object", netselect.NetworksAnnotation) + " != '' && (request.operation != 'UPDATE' || " +
+			annotation("object", netselect.NetworksAnnotation) + " != " + annotation("oldObject", netselect.NetworksAnnotation) + ")",
 	}}
 	// The template's selection, "" if none, of the object o.
 	templateSelection := func(o string) string {
@@ -227,7 +234,7 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 		Name:              "pods.networks.samplecrd.k8s.io",
 		Path:              PathValidatePodNetworks,
 		Handler:           webhook.HandlerFunc(joins.Pods),
-		Rules:             podRule,
+		Rules:             podNetworkRule,
 		MatchConditions:   namesNetworks,
 		FailurePolicy:     admissionregistrationv1.Fail,
 		TimeoutSeconds:    5,

@@ -70,11 +70,11 @@ func TestCNIWritesOnlyNetworkStatus(t *testing.T) {
 		want string
 	}{
 		{"another node's pod", theirs, annotations(netselect.StatusAnnotation, status), "the CNI plugin of node node-a may write the network-status only of pods on that node"},
-		{"another annotation", mine, annotations("team", "y"), "may change only the pod's annotation k8s.v1.cni.cncf.io/network-status"},
+		{"another annotation", mine, annotations("team", "y"), "may change only these annotations of a pod: k8s.v1.cni.cncf.io/network-status"},
 		// Two policies refuse it; the API server reports whichever it
 		// evaluated first.
-		{"the allocations", mine, annotations(netselect.AllocationsAnnotation, "[]"), "may change only the pod's annotation|only netop writes the annotation networks.netop.dev/allocations"},
-		{"the pod's phase", mine, map[string]any{"status": map[string]any{"phase": "Failed"}}, "may change only the pod's annotation"},
+		{"the allocations", mine, annotations(netselect.AllocationsAnnotation, "[]"), "may change only these annotations of a pod|only netop writes the annotation networks.netop.dev/allocations"},
+		{"the pod's phase", mine, map[string]any{"status": map[string]any{"phase": "Failed"}}, "may change only these annotations of a pod"},
 	} {
 		err := patch(c.pod, c.body)
 		saysWhy := slices.ContainsFunc(strings.Split(c.want, "|"), func(want string) bool { return strings.Contains(fmt.Sprint(err), want) })

@@ -52,7 +52,7 @@ const annotationPath = "metadata.annotations[" + netselect.NetworksAnnotation + 
 // Pods refuses a pod naming Networks it may not join or addresses it
 // cannot have.
 func (a *Admission) Pods(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	if req.Operation != admissionv1.Create {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
 	pod := &corev1.Pod{}
@@ -61,7 +61,22 @@ func (a *Admission) Pods(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	name := cache.ObjectName{Namespace: req.Namespace, Name: pod.Name}
 	what := "pod " + describeName(name, pod.GenerateName)
-	return a.review(ctx, what, annotationPath, req.Namespace, pod.Annotations[netselect.NetworksAnnotation], &name)
+	annotation := pod.Annotations[netselect.NetworksAnnotation]
+	if req.Operation == admissionv1.Update {
+		// A running pod's edit (hot-plug) keeps the interfaces it has
+		// under their names.
+		have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+		if err != nil {
+			have = nil
+		}
+		if selections, err := netselect.Parse(annotation, req.Namespace); err == nil {
+			if _, err := netselect.Diff(have, selections); err != nil {
+				klog.FromContext(ctx).V(2).Info("Refused the Networks of "+what, "reason", err.Error())
+				return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf("%s: %s: %v", what, annotationPath, err))
+			}
+		}
+	}
+	return a.review(ctx, what, annotationPath, req.Namespace, annotation, &name)
 }
 
 // Workloads refuses a workload whose pod template names Networks its pods

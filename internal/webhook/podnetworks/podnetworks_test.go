@@ -81,3 +81,25 @@ func BenchmarkPodOfAnotherNamespace(b *testing.B) {
 		}
 	}
 }
+
+// A running pod's edit may add and remove Networks, but not rename an
+// interface it keeps.
+func TestPodUpdateKeepsInterfaceNames(t *testing.T) {
+	a := admission(t)
+	allocations, _ := json.Marshal([]netselect.Allocation{{Network: "tenant-a/neta", NetworkUID: "u", Interface: "net1", IPs: []string{"10.71.0.2/24"}}})
+	update := func(networks string) *admissionv1.AdmissionResponse {
+		raw, err := json.Marshal(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "p", Annotations: map[string]string{
+			netselect.NetworksAnnotation: networks, netselect.AllocationsAnnotation: string(allocations)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Pods(context.Background(), &admissionv1.AdmissionRequest{Operation: admissionv1.Update, Namespace: "tenant-a", Object: runtime.RawExtension{Raw: raw}})
+	}
+	if r := update("neta,gone"); !r.Allowed {
+		t.Errorf("adding a Network: refused: %v", r.Result)
+	}
+	r := update("neta@data")
+	if r.Allowed || !strings.Contains(r.Result.Message, `"data": the pod's interface on Network tenant-a/neta is net1, and a running pod's interface is not renamed`) {
+		t.Errorf("renaming net1: %+v", r.Result)
+	}
+}
