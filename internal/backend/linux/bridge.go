@@ -514,11 +514,10 @@ func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 		}
 		byLink[a.LinkIndex] = append(byLink[a.LinkIndex], a)
 	}
-	bridges := bridgesOf(links)
-	if repaired, err := b.isolation.sync(bridges); err != nil {
+	if repaired, bridges, err := b.isolation.sync(b.nl.LinkList); err != nil {
 		klog.FromContext(ctx).Error(err, "Checking the isolation rules failed", "netns", b.netnsName)
 	} else if repaired {
-		klog.FromContext(ctx).Info("Repaired the isolation rules", "netns", b.netnsName, "table", IsolationTable, "bridges", len(bridges))
+		klog.FromContext(ctx).Info("Repaired the isolation rules", "netns", b.netnsName, "table", IsolationTable, "bridges", bridges)
 	}
 	var observed []backend.Observed
 	for _, l := range links {

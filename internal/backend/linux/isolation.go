@@ -406,10 +406,23 @@ func (i *isolation) removeTable(c *nftables.Conn) error {
 
 // sync brings the table to the bridges there are: programmed whole when
 // it is not in order, its set rewritten otherwise; removed when there are
-// none. It reports whether it changed the rules.
-func (i *isolation) sync(bridges []int) (repaired bool, err error) {
+// none. It reports whether it changed the rules, and how many bridges
+// there are. The bridges are listed under the lock that add takes: a list
+// made before it would miss a bridge made meanwhile, and the rewrite would
+// drop that bridge's element (its pods' traffic to one another blocked
+// until the next sync), which add made an instant before.
+func (i *isolation) sync(links func() ([]netlink.Link, error)) (repaired bool, count int, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	bridges, err := netopBridges(links)
+	if err != nil {
+		return false, 0, err
+	}
+	repaired, err = i.syncLocked(bridges)
+	return repaired, len(bridges), err
+}
+
+func (i *isolation) syncLocked(bridges []int) (repaired bool, err error) {
 	c, err := i.conn()
 	if err != nil {
 		return false, fmt.Errorf("nftables: %w", err)
@@ -466,14 +479,10 @@ func bridgesOf(links []netlink.Link) []int {
 func (b *Backend) watchIsolation(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	return watchTable(ctx, b.isolation.conn, IsolationTable, func() error {
-		bridges, err := netopBridges(b.nl.LinkList)
-		if err != nil {
-			return err
-		}
-		if repaired, err := b.isolation.sync(bridges); err != nil {
+		if repaired, bridges, err := b.isolation.sync(b.nl.LinkList); err != nil {
 			logger.Error(err, "Repairing the isolation rules failed; the resync tries again", "table", IsolationTable)
 		} else if repaired {
-			logger.Info("Repaired the isolation rules", "table", IsolationTable, "bridges", len(bridges))
+			logger.Info("Repaired the isolation rules", "table", IsolationTable, "bridges", bridges)
 		}
 		return nil
 	})

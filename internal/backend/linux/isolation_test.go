@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -287,5 +288,68 @@ func BenchmarkIsolationProgram(b *testing.B) {
 			b.ReportMetric(float64(len(isolationRules(0, 0))), "rules")
 			b.ReportMetric(float64(n), "set-elements")
 		})
+	}
+}
+
+// A bridge made while the backend is being listed (a resync, the
+// operator's first sweep) keeps its isolation element: the listing's
+// rewrite of the set never drops a bridge that appeared after its own
+// list of links was made. (It did: the pods of a Network created at the
+// standalone's start could then reach their gateway but not one another,
+// until the next resync.)
+func TestIsolationKeepsBridgesMadeDuringAListing(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testContext(t)
+	done := make(chan struct{})
+	listed := make(chan error, 1)
+	go func() {
+		defer close(listed)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := e.b.ListOwned(ctx); err != nil {
+				listed <- err
+				return
+			}
+		}
+	}()
+	for i := range 150 {
+		e.ensure(t, network(t, fmt.Sprintf("n%d", i), fmt.Sprintf("10.93.%d.0/24", i), fmt.Sprintf("10.93.%d.1", i)), backend.ActionCreated)
+	}
+	close(done)
+	if err := <-listed; err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.b.isolation.conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := c.GetSetByName(isolationTable, setBridged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elements, err := c.GetSetElements(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[uint32]bool{}
+	for _, el := range elements {
+		have[binaryutil.NativeEndian.Uint32(el.Key[:4])] = true
+	}
+	bridges, err := netopBridges(e.b.nl.LinkList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []int
+	for _, index := range bridges {
+		if !have[uint32(index)] {
+			missing = append(missing, index)
+		}
+	}
+	if len(bridges) != 150 || len(missing) > 0 {
+		t.Errorf("%d bridges; the isolation set misses %d of them: %v", len(bridges), len(missing), missing)
 	}
 }
