@@ -21,6 +21,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -28,12 +29,22 @@ import (
 
 // Issue 36 on the standalone's real node: a running pod joins a second
 // Network when its annotation names it, and leaves it when it no longer
-// does, keeping net1 untouched throughout.
+// does, keeping net1 untouched throughout; deleting the pods leaves
+// nothing behind.
 func TestHotPlug(t *testing.T) {
 	sa, dataDir, stop := startWithNode(t)
 	defer stop()
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
+	checkHotPlug(t, cfg, kube, "", "")
+	deletePods(t, kube, "default")
+	checkNothingAttached(t, cfg, []string{node.CNIDataDir(dataDir)}, []string{sa.netns})
+}
+
+// checkHotPlug plugs a second Network into a running pod on node
+// ("" the scheduler's choice) and unplugs it, with a peer on peerNode.
+func checkHotPlug(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, onNode, peerNode string) {
+	t.Helper()
 	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
 	// hp-b has two addresses for pods (.2 and .3): its second holder's
 	// address can only be the one hot-plug frees.
@@ -45,14 +56,14 @@ func TestHotPlug(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runOn := func(name, networks string) {
+	runOn := func(name, node, networks string) {
 		p := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
+		p.Spec.NodeName = node
 		p.Annotations = map[string]string{netselect.NetworksAnnotation: networks}
 		runPod(t, kube, p)
 	}
-	runOn("hp", "hp-a")
-	runOn("hp-peer", "hp-b")
-	defer deletePods(t, kube, "default")
+	runOn("hp", onNode, "hp-a")
+	runOn("hp-peer", peerNode, "hp-b")
 	waitRunning(t, kube, "hp", "c")
 	waitRunning(t, kube, "hp-peer", "c")
 	net1Before := execIn(t, cfg, kube, "hp", "ip", "-o", "-4", "addr", "show", "dev", "net1")
@@ -68,14 +79,23 @@ func TestHotPlug(t *testing.T) {
 	})
 
 	annotate(t, kube, "hp", "hp-a,hp-b")
-	net2 := waitInterface(t, cfg, kube, "hp", "net2", true)
+	net2 := waitInterface(t, kube, "hp", "net2", true)
 	addr := strings.Split(net2.IPs[0], "/")[0]
 	if net2.Network != "default/hp-b" || !strings.Contains(execIn(t, cfg, kube, "hp", "ip", "-o", "addr", "show", "dev", "net2"), net2.IPs[0]) {
 		t.Errorf("net2 %+v: not configured as allocated", net2)
 	}
 	for _, target := range []string{"10.184.2.1", strings.Split(peer.IPs[0], "/")[0]} {
-		if out, errOut, code := execCode(t, cfg, kube, "hp", "ping", "-c", "1", "-W", "2", target); code != 0 {
-			t.Errorf("hp cannot ping %s over its new net2: %s%s", target, out, errOut)
+		if !pings(t, cfg, kube, "hp", target, 10*time.Second) {
+			var diag []string
+			for _, pod := range []string{"hp", "hp-peer"} {
+				out, _, _ := execCode(t, cfg, kube, pod, "sh", "-c", "ip -o link; ip -o addr; ip neigh; ip route")
+				diag = append(diag, pod+":\n"+out)
+			}
+			list, _ := kube.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+			for _, e := range list.Items {
+				diag = append(diag, fmt.Sprintf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message))
+			}
+			t.Errorf("hp cannot ping %s over its new net2:\n%s", target, strings.Join(diag, "\n"))
 		}
 	}
 
@@ -83,8 +103,8 @@ func TestHotPlug(t *testing.T) {
 	// has taken net2 down, as the pods' changes, in order, show.
 	events := watchPods(t, kube)
 	annotate(t, kube, "hp", "hp-a")
-	runOn("hp-next", "hp-b")
-	waitInterface(t, cfg, kube, "hp", "net2", false)
+	runOn("hp-next", peerNode, "hp-b")
+	waitInterface(t, kube, "hp", "net2", false)
 	next := allocation(t, kube, "hp-next", "net1")
 	if next.IPs[0] != net2.IPs[0] {
 		t.Errorf("hp-next got %v, want the address hp-b had free, %s", next.IPs, net2.IPs[0])
@@ -113,22 +133,43 @@ func TestHotPlug(t *testing.T) {
 		t.Errorf("net1's MAC changed: %s, then %s", macBefore, after)
 	}
 	checkEvents(t, kube, "hp", hotplug.ReasonAttached, hotplug.ReasonDetached)
+}
 
-	// Deleting the pods leaves no interface, record or address.
-	deletePods(t, kube, "default")
+// pings says whether pod pings target within timeout.
+func pings(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod, target string, timeout time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+		if _, _, code := execCode(t, cfg, kube, pod, "ping", "-c", "1", "-W", "1", target); code == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNothingAttached checks, once the pods are gone, that no Network
+// counts an address held, and that the nodes (their CNI records and the
+// namespaces of their bridges) keep no pod interface.
+func checkNothingAttached(t *testing.T, cfg *rest.Config, recordDirs, netnss []string) {
+	t.Helper()
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
-		var held []string
-		for _, name := range []string{"hp-a", "hp-b"} {
-			n, err := nets.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var held, records, veths []string
+		for _, n := range list.Items {
 			if n.Status.Addresses != nil && n.Status.Addresses.Allocated > 0 {
-				held = append(held, fmt.Sprintf("%s: %d", name, n.Status.Addresses.Allocated))
+				held = append(held, fmt.Sprintf("%s: %d", n.Name, n.Status.Addresses.Allocated))
 			}
 		}
-		records, _ := filepath.Glob(filepath.Join(dataDir, "node", "cni", "netop", "*.json"))
-		veths := hostVeths(t, sa.netns)
+		for _, dir := range recordDirs {
+			found, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+			records = append(records, found...)
+		}
+		for _, ns := range netnss {
+			veths = append(veths, hostVeths(t, ns)...)
+		}
 		return len(held) == 0 && len(records) == 0 && len(veths) == 0,
 			fmt.Sprintf("addresses held %v, records %v, host veths %v", held, records, veths)
 	})
@@ -166,7 +207,7 @@ func annotate(t *testing.T, kube kubernetes.Interface, pod, networks string) {
 
 // waitInterface waits until pod's network-status lists iface (present)
 // or no longer does, and returns its allocation when present.
-func waitInterface(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod, iface string, present bool) netselect.Allocation {
+func waitInterface(t *testing.T, kube kubernetes.Interface, pod, iface string, present bool) netselect.Allocation {
 	t.Helper()
 	var out netselect.Allocation
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {

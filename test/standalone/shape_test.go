@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,16 @@ func TestShapingAcrossNodes(t *testing.T) {
 	}
 
 	checkEgressToHost(t, cfg, kube, dataDir, prefix+"-1", "10.185.0.0/24")
+
+	// Issue 36 across nodes: hot-plug on node 2, whose agent is not the
+	// controller, its peer on node 3.
+	checkHotPlug(t, cfg, kube, prefix+"-2", prefix+"-3")
+	deletePods(t, kube, "default")
+	var records []string
+	for _, n := range []string{prefix + "-1", prefix + "-2", prefix + "-3"} {
+		records = append(records, node.CNIDataDir(filepath.Join(dataDir, "nodes", n)))
+	}
+	checkNothingAttached(t, cfg, records, netnss[1:])
 }
 
 // checkEgressToHost checks a Network's egress from a pod on node: the

@@ -114,8 +114,13 @@ type result struct {
 func main() {
 	pods := flag.Int("pods", 50, "pods created at once")
 	policies := flag.Int("policies", 20, "MultiNetworkPolicies in the round of pods with policies")
-	changes := flag.Int("changes", 50, "changes of each kind (pod, policy) timed to enforcement")
+	changes := flag.Int("changes", 50, "changes of each kind (pod, policy) timed to enforcement, and hot-plug changes")
+	only := flag.String("only", "", "run only one part: hotplug")
 	flag.Parse()
+	run := run
+	if *only == "hotplug" {
+		run = func(_, _, changes int) error { return runHotPlug(changes) }
+	}
 	if err := run(*pods, *policies, *changes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
