@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -65,6 +68,7 @@ func TestPodChurnWithSIGKILL(t *testing.T) {
 		waves   = 4
 		perWave = 50
 		cidr    = "10.77.0.0/25" // 125 addresses for 200 pods
+		cidr2   = "10.77.1.0/26" // 61 for the pods that join it later
 	)
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -79,6 +83,18 @@ func TestPodChurnWithSIGKILL(t *testing.T) {
 		_, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "churn"}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
+
+	// Hot-plug in the mix: a second Network, which pods join and leave
+	// while they live. Half the pods are bound to a node that never runs
+	// them, whose acknowledgement never comes: the addresses they leave
+	// stay theirs until they go.
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		_, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "churn2"}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr2}}, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := kube.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "churn-node"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	watch := &duplicateWatch{}
 	factory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace("default"))
@@ -103,6 +119,9 @@ func TestPodChurnWithSIGKILL(t *testing.T) {
 			wg.Go(func() {
 				pod := busyboxPod(name, corev1.RestartPolicyAlways, "sleep 3600")
 				pod.Annotations = map[string]string{netselect.NetworksAnnotation: "churn"}
+				if i%2 == 0 {
+					pod.Spec.NodeName = "churn-node"
+				}
 				if _, err := kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err == nil {
 					mu.Lock()
 					live[name] = true
@@ -125,9 +144,20 @@ func TestPodChurnWithSIGKILL(t *testing.T) {
 		}
 		wg.Wait()
 		waitAllocated(t, kube)
+		// A fifth of the live pods join churn2, or leave it.
+		var names []string
+		for name := range live {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+		for _, name := range names[:len(names)/5] {
+			wg.Go(func() { toggleNetwork(t, kube, name, "churn2") })
+		}
+		wg.Wait()
 		// Delete a random half of the live pods, making room for the next
 		// wave's.
-		names := make([]string, 0, len(live))
+		names = names[:0]
 		for name := range live {
 			names = append(names, name)
 		}
@@ -149,13 +179,15 @@ func TestPodChurnWithSIGKILL(t *testing.T) {
 	if err := kube.CoreV1().Pods("default").DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-		n, err := nets.Get(ctx, "churn", metav1.GetOptions{})
-		if err != nil || n.Status.Addresses == nil {
-			return false, fmt.Sprintf("no usage (%v)", err)
-		}
-		return n.Status.Addresses.Allocated == 0 && n.Status.Addresses.Available == "125", fmt.Sprintf("%+v", *n.Status.Addresses)
-	})
+	for name, available := range map[string]string{"churn": "125", "churn2": "61"} {
+		testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+			n, err := nets.Get(ctx, name, metav1.GetOptions{})
+			if err != nil || n.Status.Addresses == nil {
+				return false, fmt.Sprintf("%s: no usage (%v)", name, err)
+			}
+			return n.Status.Addresses.Allocated == 0 && n.Status.Addresses.Available == available, fmt.Sprintf("%s: %+v", name, *n.Status.Addresses)
+		})
+	}
 	watch.mu.Lock()
 	defer watch.mu.Unlock()
 	t.Logf("%d pod events checked", watch.events.Load())
@@ -202,4 +234,26 @@ func waitAllocated(t *testing.T, kube kubernetes.Interface) {
 		}
 		return len(missing) == 0, fmt.Sprintf("%d pods without addresses: %v", len(missing), missing[:min(5, len(missing))])
 	})
+}
+
+// toggleNetwork has pod join network, or leave it if it is on it, as
+// `kubectl annotate --overwrite` would; a pod gone meanwhile is not an
+// error.
+func toggleNetwork(t *testing.T, kube kubernetes.Interface, pod, network string) {
+	p, err := kube.CoreV1().Pods("default").Get(context.Background(), pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("reading %s: %v", pod, err)
+		return
+	}
+	networks := "churn," + network
+	if strings.Contains(p.Annotations[netselect.NetworksAnnotation], network) {
+		networks = "churn"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.NetworksAnnotation: networks}}})
+	if _, err := kube.CoreV1().Pods("default").Patch(context.Background(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("annotating %s: %v", pod, err)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,6 +50,10 @@ const (
 	ReasonDetachFailed       = "NetworkDetachFailed"
 	ReasonRuntimeUnreachable = "RuntimeUnreachable"
 )
+
+// sweepDelay is how long a deleted pod's sweep waits for its sandbox to
+// be stopped, each time it finds it still ready.
+const sweepDelay = 2 * time.Second
 
 // Runtime is the node's container runtime, as package cri asks it.
 type Runtime interface {
@@ -311,10 +316,15 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 			continue
 		}
 		ready, err := c.opts.Runtime.SandboxReady(ctx, r.ContainerID)
-		if err != nil || ready {
-			// Asked again later: the runtime stops the sandbox after the
-			// pod is gone from the API, or answers again.
-			errs = append(errs, fmt.Errorf("pod %s: sandbox %s still ready (%v)", name, r.ContainerID, err))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", name, err))
+			continue
+		}
+		if ready {
+			// The kubelet stops the sandbox (and the runtime's CNI DEL
+			// detaches) after the pod is gone from the API: looked at
+			// again shortly.
+			c.AddAfter(name, sweepDelay)
 			continue
 		}
 		var gone []string
