@@ -23,11 +23,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
@@ -500,17 +498,11 @@ func execIn(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod strin
 
 func execInNamespace(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, namespace, pod string, command ...string) string {
 	t.Helper()
-	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
-	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
-	if err != nil {
-		t.Fatal(err)
+	out, errOut, code := execCodeIn(t, cfg, kube, namespace, pod, command...)
+	if code != 0 {
+		t.Fatalf("exec %v in %s: exit %d (stderr %q)", command, pod, code, errOut)
 	}
-	var stdout, stderr bytes.Buffer
-	if err := exec.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		t.Fatalf("exec %v in %s: %v (stderr %q)", command, pod, err, stderr.String())
-	}
-	return stdout.String()
+	return out
 }
 
 // portForwardGet forwards a local port to port of pod and GETs path.

@@ -252,7 +252,13 @@ func waitDefaultServiceAccount(t *testing.T, kube kubernetes.Interface) {
 // non-zero exit being an outcome, not a failure of the test.
 func execCode(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod string, command ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+	return execCodeIn(t, cfg, kube, "default", pod, command...)
+}
+
+// execCodeIn is execCode in a pod of namespace.
+func execCodeIn(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, namespace, pod string, command ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
 	if err != nil {

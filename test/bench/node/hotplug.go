@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -134,18 +132,11 @@ func waitNet2(netnsPath string, present bool) error {
 
 // runHotPlug starts the standalone and measures hot-plug alone.
 func runHotPlug(changes int) error {
-	tmp, err := os.MkdirTemp("", "netop-node-bench-")
+	binary, dataDir, netnsName, done, err := workspace()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	binary := filepath.Join(tmp, "netop-standalone")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop-standalone").CombinedOutput(); err != nil {
-		return fmt.Errorf("building netop-standalone: %v\n%s", err, out)
-	}
-	dataDir := filepath.Join(tmp, "d")
-	netnsName := fmt.Sprintf("netop-bench-%d", os.Getpid())
-	defer func() { _ = exec.Command("ip", "netns", "delete", netnsName).Run() }()
+	defer done()
 	args := []string{"--data-dir", dataDir, "--netns", netnsName, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
 	sa, _, err := start(binary, args, netnsName)
 	if err != nil {

@@ -127,19 +127,33 @@ func main() {
 	}
 }
 
-func run(pods, policies, changes int) error {
+// workspace builds netop-standalone into a directory of its own, which
+// also holds the data directory; done removes it, and the bench's backend
+// namespace.
+func workspace() (binary, dataDir, netns string, done func(), err error) {
 	tmp, err := os.MkdirTemp("", "netop-node-bench-")
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	netns = fmt.Sprintf("netop-bench-%d", os.Getpid())
+	done = func() {
+		_ = exec.Command("ip", "netns", "delete", netns).Run()
+		_ = os.RemoveAll(tmp)
+	}
+	binary = filepath.Join(tmp, "netop-standalone")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop-standalone").CombinedOutput(); err != nil {
+		done()
+		return "", "", "", nil, fmt.Errorf("building netop-standalone: %v\n%s", err, out)
+	}
+	return binary, filepath.Join(tmp, "d"), netns, done, nil
+}
+
+func run(pods, policies, changes int) error {
+	binary, dataDir, netns, done, err := workspace()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	binary := filepath.Join(tmp, "netop-standalone")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop-standalone").CombinedOutput(); err != nil {
-		return fmt.Errorf("building netop-standalone: %v\n%s", err, out)
-	}
-	dataDir := filepath.Join(tmp, "d")
-	netns := fmt.Sprintf("netop-bench-%d", os.Getpid())
-	defer func() { _ = exec.Command("ip", "netns", "delete", netns).Run() }()
+	defer done()
 	metricsAddr := "127.0.0.1:18089"
 	args := []string{"--data-dir", dataDir, "--netns", netns, "--metrics-addr", metricsAddr, "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
 	r := result{Date: time.Now().UTC().Format(time.DateOnly), CPUs: runtime.NumCPU(), Pods: pods}
