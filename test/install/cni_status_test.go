@@ -69,7 +69,9 @@ func TestCNIWritesOnlyNetworkStatus(t *testing.T) {
 		body map[string]any
 		want string
 	}{
-		{"another node's pod", theirs, annotations(netselect.StatusAnnotation, status), "the CNI plugin of node node-a may write the network-status only of pods on that node"},
+		{"another node's pod", theirs, annotations(netselect.StatusAnnotation, status), "the CNI plugin and the agent of node node-a may write the network-status only of pods on that node"},
+		// Only agents acknowledge an interface down (hot-plug).
+		{"the acknowledgement", mine, annotations(netselect.DetachedAnnotation, "net1/x"), "may change only these annotations of a pod|only netop writes the annotation networks.netop.dev/detached"},
 		{"another annotation", mine, annotations("team", "y"), "may change only these annotations of a pod: k8s.v1.cni.cncf.io/network-status"},
 		// Two policies refuse it; the API server reports whichever it
 		// evaluated first.
@@ -85,5 +87,58 @@ func TestCNIWritesOnlyNetworkStatus(t *testing.T) {
 	got, err := env.Kube.CoreV1().Pods(ns).Get(ctx, "mine", metav1.GetOptions{})
 	if err != nil || got.Annotations[netselect.StatusAnnotation] != status || got.Annotations["team"] != "x" || got.Status.Phase == corev1.PodFailed {
 		t.Errorf("the pod after the plugin's writes: annotations %v, phase %s (%v)", got.Annotations, got.Status.Phase, err)
+	}
+}
+
+// Issue 36: a node's agent writes, for hot-plug, the network-status of its
+// own node's pods and the acknowledgement of interfaces it took down, and
+// nothing else of them.
+func TestAgentWritesOnlyHotPlugStatus(t *testing.T) {
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	pod := func(name, node string) *corev1.Pod {
+		p, err := env.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mine, theirs := pod("mine", "node-a"), pod("theirs", "node-b")
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operatorNamespace + ":netop-agent", Groups: serviceAccountGroups,
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
+	agent := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(p *corev1.Pod, kv ...string) error {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": m}})
+		_, err := agent.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
+		return err
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		err := patch(theirs, netselect.DetachedAnnotation, "net2/x")
+		return err != nil, fmt.Sprintf("the agent of node-a acknowledging on node-b's pod: %v", err)
+	})
+	if err := patch(mine, netselect.StatusAnnotation, "[]", netselect.DetachedAnnotation, "net2/x"); err != nil {
+		t.Fatalf("the agent of node-a writing its pod's network-status and acknowledgement: %v", err)
+	}
+	for _, c := range []struct {
+		what string
+		kv   []string
+		want string
+	}{
+		{"the allocations", []string{netselect.AllocationsAnnotation, "[]"}, "may change only these annotations of a pod|only netop writes the annotation networks.netop.dev/allocations"},
+		{"another annotation", []string{"team", "y"}, "may change only these annotations of a pod: k8s.v1.cni.cncf.io/network-status, networks.netop.dev/detached"},
+	} {
+		err := patch(mine, c.kv...)
+		saysWhy := slices.ContainsFunc(strings.Split(c.want, "|"), func(want string) bool { return strings.Contains(fmt.Sprint(err), want) })
+		if !apierrors.IsForbidden(err) || !saysWhy {
+			t.Errorf("the agent writing %s: %v, want refused with %q", c.what, err, c.want)
+		}
 	}
 }

@@ -253,7 +253,18 @@ func toggleNetwork(t *testing.T, kube kubernetes.Interface, pod, network string)
 		networks = "churn"
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{netselect.NetworksAnnotation: networks}}})
-	if _, err := kube.CoreV1().Pods("default").Patch(context.Background(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("annotating %s: %v", pod, err)
+	// An edit of a pod's Networks goes through netop's webhook, which a
+	// restart has serve at a new address a moment after it starts.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err := kube.CoreV1().Pods("default").Patch(context.Background(), pod, types.MergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return
+		case apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed calling webhook") && time.Now().Before(deadline):
+			time.Sleep(100 * time.Millisecond)
+		default:
+			t.Errorf("annotating %s: %v", pod, err)
+			return
+		}
 	}
 }
