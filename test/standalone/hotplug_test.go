@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
@@ -309,4 +310,60 @@ func hostVeths(t *testing.T, netns string) []string {
 		}
 	}
 	return veths
+}
+
+// Issue 36: the node side killed (SIGKILL of the standalone, which takes
+// its node's processes with it) right after a running pod's Networks
+// changed, then started again on the same data directory: the pod ends
+// with the interface attached once, as allocated, and leaving the Network
+// frees its address; the pods' deletion leaves nothing behind.
+func TestHotPlugSIGKILL(t *testing.T) {
+	// The first run is killed: its stop is not called.
+	sa, dataDir, _ := startWithNode(t)
+	cfg := restConfig(t, sa.kubeconfig)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default")
+	for _, n := range []*samplecrdv2.Network{
+		{ObjectMeta: metav1.ObjectMeta{Name: "hp-a"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.184.1.0/24"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "hp-b"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.184.2.0/24"}}},
+	} {
+		if _, err := nets.Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := busyboxPod("hp", corev1.RestartPolicyAlways, "sleep 3600")
+	p.Annotations = map[string]string{netselect.NetworksAnnotation: "hp-a"}
+	runPod(t, kube, p)
+	waitRunning(t, kube, "hp", "c")
+
+	annotate(t, kube, "hp", "hp-a,hp-b")
+	sa.kill(t)
+	// Where the kill struck: the allocation written or not, net2 recorded
+	// or not (made or not).
+	records, _ := cni.Store{Dir: node.CNIDataDir(dataDir)}.List()
+	recorded := slices.ContainsFunc(records, func(r cni.Record) bool {
+		return slices.ContainsFunc(r.Interfaces, func(i cni.RecordedInterface) bool { return i.Interface == "net2" })
+	})
+	restarted := startStandaloneWith(t, sa.args...)
+	restarted.netns = sa.netns
+	sa = restarted
+	cfg = restConfig(t, sa.kubeconfig)
+	kube = kubernetes.NewForConfigOrDie(cfg)
+	if pod, err := kube.CoreV1().Pods("default").Get(t.Context(), "hp", metav1.GetOptions{}); err == nil {
+		t.Logf("killed with allocations %s; net2 recorded: %v", pod.Annotations[netselect.AllocationsAnnotation], recorded)
+	}
+	net2 := waitInterface(t, kube, "hp", "net2", true)
+	// The restarted kubelet takes its running pods back a moment later.
+	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
+		out, _, code, err := tryExec(ctx, cfg, kube, "default", "hp", "ip", "-o", "addr", "show", "dev", "net2")
+		return err == nil && code == 0 && strings.Contains(out, net2.IPs[0]), fmt.Sprintf("net2 after the restart: %q (%v), want %s", out, err, net2.IPs[0])
+	})
+	annotate(t, kube, "hp", "hp-a")
+	waitInterface(t, kube, "hp", "net2", false)
+	deletePods(t, kube, "default")
+	checkNothingAttached(t, cfg, []string{node.CNIDataDir(dataDir)}, []string{sa.netns})
+	sa.stop(t)
+	if left := leftovers(dataDir); len(left) > 0 {
+		t.Errorf("after Ctrl-C, left behind:\n%s", strings.Join(left, "\n"))
+	}
 }

@@ -74,6 +74,8 @@ type standalone struct {
 	stderr     *strings.Builder
 	// netns is the backend's network namespace, where known.
 	netns string
+	// args start it again.
+	args []string
 }
 
 // startStandalone runs netop-standalone on dataDir and waits for the line
@@ -100,7 +102,7 @@ func startStandaloneWith(t *testing.T, args ...string) *standalone {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &standalone{cmd: cmd, stderr: &strings.Builder{}}
+	s := &standalone{cmd: cmd, stderr: &strings.Builder{}, args: args}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", binary, err)

@@ -258,23 +258,32 @@ func execCode(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, pod str
 // execCodeIn is execCode in a pod of namespace.
 func execCodeIn(t *testing.T, cfg *rest.Config, kube kubernetes.Interface, namespace, pod string, command ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	stdout, stderr, code, err := tryExec(t.Context(), cfg, kube, namespace, pod, command...)
+	if err != nil {
+		t.Fatalf("exec %v in %s: %v (stderr %q)", command, pod, err, stderr)
+	}
+	return stdout, stderr, code
+}
+
+// tryExec runs command in pod: its output and exit code, or why it could
+// not run it.
+func tryExec(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, namespace, pod string, command ...string) (stdout, stderr string, code int, err error) {
 	req := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
 	if err != nil {
-		t.Fatal(err)
+		return "", "", -1, err
 	}
 	var out, errOut bytes.Buffer
-	err = exec.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
 	var exit interface{ ExitStatus() int }
 	switch {
 	case err == nil:
-		return out.String(), errOut.String(), 0
+		return out.String(), errOut.String(), 0, nil
 	case errors.As(err, &exit):
-		return out.String(), errOut.String(), exit.ExitStatus()
+		return out.String(), errOut.String(), exit.ExitStatus(), nil
 	default:
-		t.Fatalf("exec %v in %s: %v (stderr %q)", command, pod, err, errOut.String())
-		return "", "", -1
+		return out.String(), errOut.String(), -1, err
 	}
 }
 
