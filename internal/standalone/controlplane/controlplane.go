@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -322,13 +323,47 @@ func ensurePorts(path string, apiServerPort int) (ports, error) {
 	return pp, nil
 }
 
+// freePort picks a free port below the kernel's ephemeral range: the
+// ports are recorded for the next start, and one of that range (which
+// bind to port 0 would give) can be taken meanwhile by any outgoing
+// connection of the host, which get theirs from it.
 func freePort() (int, error) {
+	const lowest = 10000
+	below := ephemeralStart()
+	for range 100 {
+		if below <= lowest {
+			break
+		}
+		port := lowest + rand.IntN(below-lowest)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			_ = l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 if it cannot be read.
+func ephemeralStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 32768
+	}
+	start, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return start
 }
 
 // startEtcd runs etcd on 127.0.0.1 with TLS on both of its listeners and

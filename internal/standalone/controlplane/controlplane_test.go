@@ -273,3 +273,18 @@ func checkScheduler(t *testing.T, kube kubernetes.Interface) {
 		t.Fatalf("kube-scheduler did not look at the pod: conditions %+v: %v", last, err)
 	}
 }
+
+// The ports recorded for the next start are below the kernel's ephemeral
+// range, which outgoing connections take theirs from.
+func TestFreePortIsNotEphemeral(t *testing.T) {
+	start := ephemeralStart()
+	for range 20 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port >= start || port < 10000 {
+			t.Fatalf("port %d: want one in [10000, %d)", port, start)
+		}
+	}
+}
