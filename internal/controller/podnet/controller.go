@@ -51,6 +51,8 @@ const Name = "podnet"
 
 // Reasons of the Events on pods.
 const (
+	// ReasonAllocated: a running pod got the addresses of a Network added
+	// to its selection (a new pod's allocation writes no Event).
 	ReasonAllocated       = "AddressesAllocated"
 	ReasonInvalidNetworks = "InvalidNetworks"
 	ReasonNetworkNotFound = "NetworkNotFound"
@@ -335,7 +337,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	for _, a := range allocations {
 		c.changed(networkName(a))
 	}
-	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(allocations))
+	// No Event: the pod's own annotations say what it got, and an Event
+	// per pod would double the writes of a pod's start. Events are for
+	// what a user must see: waiting, refusals, changes to a running pod.
 	logger.V(1).Info("Allocated", "allocations", describe(allocations))
 	return nil
 }
