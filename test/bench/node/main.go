@@ -94,6 +94,8 @@ type result struct {
 	AllocatedP99S    float64 `json:"allocatedP99S"`
 	AttachedPerS     float64 `json:"attachedPerS"`
 	PodWritesPerPod  float64 `json:"podWritesPerPod"`
+	// Events netop wrote while the pods joined, per pod.
+	EventsPerPod float64 `json:"eventsPerPod"`
 	// The same again, with Policies MultiNetworkPolicies selecting every
 	// pod on example-network.
 	Policies       int     `json:"policies"`
@@ -185,7 +187,7 @@ func run(pods, policies, changes int) error {
 		sa.stop()
 		return err
 	}
-	writesBefore, err := podWrites(metricsAddr)
+	writesBefore, eventsBefore, err := podWrites(metricsAddr)
 	if err != nil {
 		sa.stop()
 		return err
@@ -195,7 +197,7 @@ func run(pods, policies, changes int) error {
 		sa.stop()
 		return err
 	}
-	writesAfter, err := podWrites(metricsAddr)
+	writesAfter, eventsAfter, err := podWrites(metricsAddr)
 	if err != nil {
 		sa.stop()
 		return err
@@ -205,6 +207,7 @@ func run(pods, policies, changes int) error {
 	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
 	r.AttachedPerS = float64(pods) / joined.all
 	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
+	r.EventsPerPod = (eventsAfter - eventsBefore) / float64(2*pods)
 
 	netop, err := netopClient(filepath.Join(dataDir, "kubeconfig"))
 	if err != nil {
@@ -250,11 +253,11 @@ func run(pods, policies, changes int) error {
 	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.0f MiB | %.0f MiB (%d) | %.2f s |\n",
 		r.Date, r.CPUs, r.ColdReadyS, r.WarmReadyS, r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS, r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims, r.StopS)
 	fmt.Println()
-	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | stored to allocated, one at a time, p50 | p99 | %d at once, p50 | p99 | netop pod writes per pod |\n", pods, pods)
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s | %.2f |\n",
+	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | stored to allocated, one at a time, p50 | p99 | %d at once, p50 | p99 | netop pod writes per pod | netop Events per pod |\n", pods, pods)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s | %.2f | %.2f |\n",
 		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS,
-		r.AllocatedOneP50S, r.AllocatedOneP99S, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod)
+		r.AllocatedOneP50S, r.AllocatedOneP99S, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod, r.EventsPerPod)
 	fmt.Println()
 	fmt.Printf("| %d policies on example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | change to enforcement, pod relabelled, p50 | p99 | policy created or deleted, p50 | p99 |\n", policies, pods)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -345,27 +348,34 @@ func createNetwork(kubeconfig string) error {
 	})
 }
 
-// podWrites reads netop's count of writes to pods from its metrics.
-func podWrites(addr string) (float64, error) {
+// podWrites reads netop's count of writes to pods, and of Events
+// written, from its metrics.
+func podWrites(addr string) (pods, events float64, err error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var total float64
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "netop_api_writes_total{") && strings.Contains(line, `resource="pods"`) {
-			fields := strings.Fields(line)
-			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-			if err != nil {
-				return 0, err
-			}
-			total += v
+		var into *float64
+		switch {
+		case strings.HasPrefix(line, "netop_api_writes_total{") && strings.Contains(line, `resource="pods"`):
+			into = &pods
+		case strings.HasPrefix(line, "netop_events_written_total "):
+			into = &events
+		default:
+			continue
 		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		*into += v
 	}
-	return total, sc.Err()
+	return pods, events, sc.Err()
 }
 
 type standalone struct{ cmd *exec.Cmd }
