@@ -279,6 +279,7 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, allocations []
 	if err != nil {
 		return err
 	}
+	klog.FromContext(ctx).V(1).Info("Writing what the pod's sandbox has", "pod", klog.KObj(pod), "networkStatus", normal(statuses), "was", normal(current), "detached", ack)
 	// Through pods/status, as the CNI plugin writes network-status with
 	// the node's credentials.
 	_, err = c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")

@@ -152,8 +152,11 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 		AddFunc: c.enqueuePod,
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*corev1.Pod), newObj.(*corev1.Pod)
+			// Not on binding: a pod no node runs holds nothing detaching,
+			// and a sync then, before this controller's write is in the
+			// cache, would write the allocations a second time.
 			if o.Annotations[netselect.NetworksAnnotation] != n.Annotations[netselect.NetworksAnnotation] || netselect.HoldingChanged(o, n) ||
-				o.Annotations[netselect.DetachedAnnotation] != n.Annotations[netselect.DetachedAnnotation] || o.Spec.NodeName != n.Spec.NodeName {
+				o.Annotations[netselect.DetachedAnnotation] != n.Annotations[netselect.DetachedAnnotation] {
 				c.enqueuePod(n)
 			}
 		},
