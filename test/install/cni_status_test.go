@@ -29,19 +29,8 @@ func TestCNIWritesOnlyNetworkStatus(t *testing.T) {
 	applyManifests(t, env)
 	ctx := t.Context()
 	ns := env.Namespace(t)
-	pod := func(name, node string) *corev1.Pod {
-		p, err := env.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"team": "x"}},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	mine, theirs := pod("mine", "node-a"), pod("theirs", "node-b")
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operatorNamespace + ":netop-cni", Groups: serviceAccountGroups,
-		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
-	plugin := kubernetes.NewForConfigOrDie(cfg)
+	mine, theirs := podsOfTwoNodes(t, env, ns, map[string]string{"team": "x"})
+	plugin := onNodeA(env, "netop-cni")
 	patch := func(p *corev1.Pod, body map[string]any) error {
 		data, _ := json.Marshal(body)
 		_, err := plugin.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
@@ -98,19 +87,8 @@ func TestAgentWritesOnlyHotPlugStatus(t *testing.T) {
 	applyManifests(t, env)
 	ctx := t.Context()
 	ns := env.Namespace(t)
-	pod := func(name, node string) *corev1.Pod {
-		p, err := env.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	mine, theirs := pod("mine", "node-a"), pod("theirs", "node-b")
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operatorNamespace + ":netop-agent", Groups: serviceAccountGroups,
-		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
-	agent := kubernetes.NewForConfigOrDie(cfg)
+	mine, theirs := podsOfTwoNodes(t, env, ns, nil)
+	agent := onNodeA(env, "netop-agent")
 	patch := func(p *corev1.Pod, kv ...string) error {
 		m := map[string]any{}
 		for i := 0; i < len(kv); i += 2 {
@@ -141,4 +119,28 @@ func TestAgentWritesOnlyHotPlugStatus(t *testing.T) {
 			t.Errorf("the agent writing %s: %v, want refused with %q", c.what, err, c.want)
 		}
 	}
+}
+
+// podsOfTwoNodes makes the pods mine, on node-a, and theirs, on node-b,
+// annotated with annotations.
+func podsOfTwoNodes(t *testing.T, env *testenv.Env, ns string, annotations map[string]string) (mine, theirs *corev1.Pod) {
+	t.Helper()
+	pod := func(name, node string) *corev1.Pod {
+		p, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return pod("mine", "node-a"), pod("theirs", "node-b")
+}
+
+// onNodeA is a client of the service account of operatorNamespace, with a
+// token bound to a pod on node-a.
+func onNodeA(env *testenv.Env, serviceAccount string) kubernetes.Interface {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operatorNamespace + ":" + serviceAccount, Groups: serviceAccountGroups,
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
+	return kubernetes.NewForConfigOrDie(cfg)
 }
