@@ -28,14 +28,16 @@ func newHotPlug(ctx context.Context, s *shared) (runnable, error) {
 	if c.CRISocket == "" {
 		return nil, nil
 	}
-	ns, err := netns.Get()
-	if s.opts.Backend.Netns != "" {
-		ns, err = netns.GetFromName(s.opts.Backend.Netns)
+	// The bridges' namespace: this process's own, without opening it (as
+	// the linux backend does), or the one --netns names.
+	ns := netns.None()
+	if name := s.opts.Backend.Netns; name != "" {
+		var err error
+		if ns, err = netns.GetFromName(name); err != nil {
+			return nil, fmt.Errorf("the bridges' network namespace %q: %w", name, err)
+		}
+		defer func() { _ = ns.Close() }()
 	}
-	if err != nil {
-		return nil, fmt.Errorf("the bridges' network namespace %q: %w", s.opts.Backend.Netns, err)
-	}
-	defer func() { _ = ns.Close() }()
 	attacher, err := cni.NewAttacher(ns)
 	if err != nil {
 		return nil, err
