@@ -21,13 +21,13 @@ import (
 	"github.com/netop-dev/netop/internal/cri"
 )
 
-// socketPath is containerd's socket: in the node's directory, unless that
-// path is too long for a unix socket (108 bytes), then under /run.
 // ContainerdSocket is the socket of the containerd of the node whose data
 // directory is dataDir (Config.DataDir): what the kubelet uses, and what
 // netop's node side asks which namespace a pod has.
 func ContainerdSocket(dataDir string) string { return socketPath(filepath.Join(dataDir, "node")) }
 
+// socketPath is containerd's socket: in the node's directory, unless that
+// path is too long for a unix socket (108 bytes), then under /run.
 func socketPath(dir string) string {
 	path := filepath.Join(dir, "containerd.sock")
 	if len(path) < 100 {
