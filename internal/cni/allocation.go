@@ -66,15 +66,19 @@ func (r Record) With(config string, allocations []netselect.Allocation) Record {
 	return r
 }
 
+// Without is the record without the interfaces named.
+func (r Record) Without(interfaces []string) Record {
+	r.Interfaces = slices.DeleteFunc(slices.Clone(r.Interfaces), func(i RecordedInterface) bool { return slices.Contains(interfaces, i.Interface) })
+	return r
+}
+
 // Forget drops interfaces from the container's record, and the record
 // once it has none.
 func (s Store) Forget(record Record, interfaces []string) error {
 	if len(interfaces) == 0 {
 		return nil
 	}
-	record.Interfaces = slices.DeleteFunc(slices.Clone(record.Interfaces), func(r RecordedInterface) bool {
-		return slices.Contains(interfaces, r.Interface)
-	})
+	record = record.Without(interfaces)
 	if len(record.Interfaces) == 0 {
 		if err := s.Remove(record.ContainerID); err != nil {
 			return fmt.Errorf("removing the record of %s: %w", record.ContainerID, err)

@@ -182,7 +182,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if err := c.opts.Store.Forget(rec, gone); err != nil {
 		return err
 	}
-	rec.Interfaces = slices.DeleteFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return slices.Contains(gone, r.Interface) })
+	rec = rec.Without(gone)
 
 	config := c.opts.Config
 	if len(rec.Interfaces) > 0 {
@@ -213,7 +213,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			if ferr := c.opts.Store.Forget(rec, []string{a.Interface}); ferr != nil {
 				err = errors.Join(err, ferr)
 			}
-			rec.Interfaces = slices.DeleteFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return r.Interface == a.Interface })
+			rec = rec.Without([]string{a.Interface})
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "%v", err)
 			failed = append(failed, err)
 			continue
