@@ -40,6 +40,25 @@ type Allocation struct {
 	Detaching bool `json:"detaching,omitempty"`
 }
 
+// AnnotationsPatch is a merge patch of pod's annotations, each set to its
+// value or removed where the value is "" (none of these annotations is
+// ever empty). It holds only for the pod of that UID, not a new one of the
+// same name, and with atVersion only at the version read.
+func AnnotationsPatch(pod *corev1.Pod, annotations map[string]string, atVersion bool) ([]byte, error) {
+	values := make(map[string]any, len(annotations))
+	for k, v := range annotations {
+		values[k] = v
+		if v == "" {
+			values[k] = nil
+		}
+	}
+	meta := map[string]any{"uid": pod.UID, "annotations": values}
+	if atVersion {
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	return json.Marshal(map[string]any{"metadata": meta})
+}
+
 // Key names the allocation in DetachedAnnotation: its interface and its
 // Network's UID.
 func (a Allocation) Key() string { return a.Interface + "/" + string(a.NetworkUID) }

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParse(t *testing.T) {
@@ -161,5 +164,23 @@ func TestDiff(t *testing.T) {
 				t.Errorf("kept %v added %v removed %v; want %v %v %v", names(c.Kept), added(c.Added), names(c.Removed), tc.kept, tc.added, tc.removed)
 			}
 		})
+	}
+}
+
+// A patch of netop's annotations names the pod's UID, removes what is
+// empty, and holds at the version read only when asked.
+func TestAnnotationsPatch(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: "42"}}
+	for _, tc := range []struct {
+		atVersion bool
+		want      string
+	}{
+		{false, `{"metadata":{"annotations":{"a":"x","b":null},"uid":"u1"}}`},
+		{true, `{"metadata":{"annotations":{"a":"x","b":null},"resourceVersion":"42","uid":"u1"}}`},
+	} {
+		got, err := AnnotationsPatch(pod, map[string]string{"a": "x", "b": ""}, tc.atVersion)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("at version %v: %s (%v), want %s", tc.atVersion, got, err, tc.want)
+		}
 	}
 }

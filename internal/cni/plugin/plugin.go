@@ -327,7 +327,7 @@ func writeNetworkStatus(ctx context.Context, kube kubernetes.Interface, pod *cor
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]any{netselect.StatusAnnotation: status}}})
+	patch, err := netselect.AnnotationsPatch(pod, map[string]string{netselect.StatusAnnotation: status}, false)
 	if err != nil {
 		return err
 	}

@@ -270,12 +270,7 @@ func (c *Controller) report(ctx context.Context, pod *corev1.Pod, allocations []
 	if err != nil {
 		return err
 	}
-	var ackValue any
-	if ack != "" {
-		ackValue = ack
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "resourceVersion": pod.ResourceVersion,
-		"annotations": map[string]any{netselect.StatusAnnotation: status, netselect.DetachedAnnotation: ackValue}}})
+	patch, err := netselect.AnnotationsPatch(pod, map[string]string{netselect.StatusAnnotation: status, netselect.DetachedAnnotation: ack}, true)
 	if err != nil {
 		return err
 	}

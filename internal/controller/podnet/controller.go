@@ -813,13 +813,7 @@ func (c *Controller) recordRefusal(ctx context.Context, pod *corev1.Pod, msg str
 	if have == msg && refused == (msg != "") {
 		return nil
 	}
-	var value any
-	if msg != "" {
-		value = msg
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": pod.UID, "annotations": map[string]any{netselect.RefusedAnnotation: value},
-	}})
+	patch, err := netselect.AnnotationsPatch(pod, map[string]string{netselect.RefusedAnnotation: msg}, false)
 	if err != nil {
 		return err
 	}
@@ -848,8 +842,9 @@ func (c *Controller) write(ctx context.Context, pod *corev1.Pod, allocations []n
 	// and once written they are the pod's for its life.
 	// Refused no more, also if a refusal written an instant ago is not in
 	// the cache yet: removing an absent annotation changes nothing.
-	annotations := map[string]any{netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status, netselect.RefusedAnnotation: nil}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": annotations}})
+	patch, err := netselect.AnnotationsPatch(pod, map[string]string{
+		netselect.AllocationsAnnotation: string(own), netselect.StatusAnnotation: status, netselect.RefusedAnnotation: "",
+	}, false)
 	if err != nil {
 		return err
 	}

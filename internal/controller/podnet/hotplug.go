@@ -119,21 +119,18 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 // annotation) if the pod is still at the version read, and with
 // clearAcks the node's acknowledgements, which the write consumes.
 func (c *Controller) writeChange(ctx context.Context, pod *corev1.Pod, allocations []netselect.Allocation, clearAcks bool) error {
-	var value any
+	annotations := map[string]string{netselect.AllocationsAnnotation: ""}
 	if len(allocations) > 0 {
 		own, err := json.Marshal(allocations)
 		if err != nil {
 			return err
 		}
-		value = string(own)
+		annotations[netselect.AllocationsAnnotation] = string(own)
 	}
-	annotations := map[string]any{netselect.AllocationsAnnotation: value}
 	if clearAcks {
-		annotations[netselect.DetachedAnnotation] = nil
+		annotations[netselect.DetachedAnnotation] = ""
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": pod.UID, "resourceVersion": pod.ResourceVersion, "annotations": annotations,
-	}})
+	patch, err := netselect.AnnotationsPatch(pod, annotations, true)
 	if err != nil {
 		return err
 	}
