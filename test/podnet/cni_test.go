@@ -168,7 +168,13 @@ func (n *cniNode) newSandbox(t *testing.T, name, networks string, wait bool) *sa
 // newSandboxIn is newSandbox in namespace ns.
 func (n *cniNode) newSandboxIn(t *testing.T, ns, name, networks string, wait bool) *sandbox {
 	t.Helper()
-	createPod(t, n.env, ns, name, networks)
+	return n.newSandboxOn(t, ns, name, networks, "", wait)
+}
+
+// newSandboxOn is newSandboxIn with the pod bound to node.
+func (n *cniNode) newSandboxOn(t *testing.T, ns, name, networks, node string, wait bool) *sandbox {
+	t.Helper()
+	createPodOn(t, n.env, ns, name, networks, node)
 	s := &sandbox{containerID: "c-" + nettest.NetnsName(name)}
 	var netnsName string
 	netnsName, s.netns = namedNetns(t, "cnipod")

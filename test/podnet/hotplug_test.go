@@ -26,7 +26,6 @@ import (
 	"github.com/netop-dev/netop/internal/cri"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
@@ -80,28 +79,12 @@ func (s *sandboxes) set(err error) {
 // the runtime does (CNI ADD), marks it Running and registers its sandbox.
 func (n *cniNode) runningSandbox(t *testing.T, runtime *sandboxes, name, networks string) *sandbox {
 	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: networks}},
-		Spec: corev1.PodSpec{NodeName: hotPlugNode, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-	created, err := n.env.Kube.CoreV1().Pods(n.ns).Create(t.Context(), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sandbox{containerID: "c-" + name + "-" + string(created.UID)[:8]}
-	var netnsName string
-	netnsName, s.netns = namedNetns(t, "hppod")
-	s.handle = nettest.Handle(t, netnsName)
-	testenv.Eventually(t, time.Minute, func(ctx context.Context) (bool, string) {
-		s.pod, err = n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		s.allocations, err = netselect.ParseAllocations(s.pod.Annotations[netselect.AllocationsAnnotation])
-		return err == nil && s.allocations != nil, fmt.Sprintf("allocations %q (%v)", s.pod.Annotations[netselect.AllocationsAnnotation], err)
-	})
+	s := n.newSandboxOn(t, n.ns, name, networks, hotPlugNode, true)
 	if _, err := n.runtime.AddNetworkList(t.Context(), n.conf(t, "1.0.0", ""), s.rt("eth0")); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
 	s.pod.Status.Phase = corev1.PodRunning
+	var err error
 	if s.pod, err = n.env.Kube.CoreV1().Pods(n.ns).UpdateStatus(t.Context(), s.pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -75,8 +75,14 @@ func createNetwork(t *testing.T, env *testenv.Env, ns, name, cidr string) {
 
 func createPod(t *testing.T, env *testenv.Env, ns, name, networks string) {
 	t.Helper()
+	createPodOn(t, env, ns, name, networks, "")
+}
+
+// createPodOn is createPod bound to node ("" leaves it unscheduled).
+func createPodOn(t *testing.T, env *testenv.Env, ns, name, networks, node string) {
+	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: networks}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	if _, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

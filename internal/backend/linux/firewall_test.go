@@ -118,13 +118,7 @@ func TestFirewall(t *testing.T) {
 				}
 				return c.from.connects(t, c.to, c.port)
 			}
-			got := false
-			if c.want {
-				got = eventually(reaches)
-			} else {
-				got = reaches()
-			}
-			if got != c.want {
+			if got := probeExpecting(c.want, reaches); got != c.want {
 				proto := "tcp"
 				if c.udp {
 					proto = "udp"
@@ -253,7 +247,7 @@ func TestFirewallIPv6(t *testing.T) {
 	// cross the table with p2 isolated in egress.
 	noEgress := &PolicyDirection{Selected: []Endpoint{ep(br, a2)}}
 	apply(Policies{{Name: "ns/quiet", Egress: noEgress}})
-	if !eventually(func() bool { return p1.connects(t, a2, 80) }) {
+	if !probeExpecting(true, func() bool { return p1.connects(t, a2, 80) }) {
 		t.Error("p1 does not connect to p2, isolated in egress only")
 	}
 	if p2.connects(t, a1, 80) || p2.udp(t, a3, 81) {
@@ -267,13 +261,7 @@ func TestFirewallIPv6(t *testing.T) {
 		port int
 		want bool
 	}{{p1, a2, 80, true}, {p1, a2, 81, false}, {p3, a2, 80, false}, {p3, a1, 81, true}, {p2, a3, 80, true}} {
-		got := false
-		if c.want {
-			got = eventually(func() bool { return c.from.connects(t, c.to, c.port) })
-		} else {
-			got = c.from.connects(t, c.to, c.port)
-		}
-		if got != c.want {
+		if got := probeExpecting(c.want, func() bool { return c.from.connects(t, c.to, c.port) }); got != c.want {
 			t.Errorf("p2 receiving TCP 80 from p1: %s to [%s]:%d: %v, want %v", c.from.addr, c.to, c.port, got, c.want)
 		}
 	}

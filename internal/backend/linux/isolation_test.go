@@ -108,10 +108,14 @@ func (p pod) connects(t *testing.T, addr string, port int) bool {
 	return true
 }
 
-// eventually retries a probe that should succeed until it does or 5 s
-// pass: on a loaded machine a first packet can wait on neighbour discovery
-// longer than one probe's deadline. A probe that should fail is asked once.
-func eventually(probe func() bool) bool {
+// probeExpecting asks probe as its expected outcome wants: a probe that
+// should succeed is retried until it does or 5 s pass (on a loaded machine
+// a first packet can wait on neighbour discovery longer than one probe's
+// deadline); a probe that should fail is asked once.
+func probeExpecting(want bool, probe func() bool) bool {
+	if !want {
+		return probe()
+	}
 	ok := false
 	_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		ok = probe()
