@@ -11,8 +11,9 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -27,6 +28,7 @@ import (
 	"github.com/netop-dev/netop/internal/networknode"
 	"github.com/netop-dev/netop/internal/rungroup"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	netopinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop/v1alpha1"
 	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
 )
 
@@ -43,7 +45,17 @@ type Options struct {
 	CNIBinDir         string
 	CNIServiceAccount string
 	CNITokenLifetime  time.Duration
+	// OnDemand builds on the node only the Networks its pods use, each
+	// kept ReleaseDelay after its last pod here left; else every Network.
+	OnDemand     bool
+	ReleaseDelay time.Duration
 }
+
+// DefaultReleaseDelay is how long a node keeps a Network after its last
+// pod there left: longer than a Deployment's rolling update takes to
+// replace a pod on the same node, so that churn does not remove and make
+// the bridge again (BENCHMARKS.md).
+const DefaultReleaseDelay = 30 * time.Second
 
 // NewOptions returns the defaults, where the manifests mount the host's
 // directories and the downward API names the node and the pod.
@@ -54,6 +66,7 @@ func NewOptions() Options {
 		CNIBinDir:         config.DefaultCNIBinDir,
 		CNIServiceAccount: "netop-cni",
 		CNITokenLifetime:  24 * time.Hour,
+		ReleaseDelay:      DefaultReleaseDelay,
 	}
 }
 
@@ -64,6 +77,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
 	fs.StringVar(&o.CNIServiceAccount, "cni-service-account", o.CNIServiceAccount, "Service account in --operator-namespace whose tokens the CNI plugin reads pods with (--install-cni).")
 	fs.DurationVar(&o.CNITokenLifetime, "cni-token-lifetime", o.CNITokenLifetime, "How long each of the CNI plugin's tokens is valid (--install-cni); renewed at 80% of it.")
+	fs.BoolVar(&o.OnDemand, "networks-on-demand", o.OnDemand, "Build a Network on this node only while a pod here has an interface on it, instead of every Network on every node.")
+	fs.DurationVar(&o.ReleaseDelay, "network-release-delay", o.ReleaseDelay, "With --networks-on-demand, how long the node keeps a Network's bridge after the last pod here on it left.")
 }
 
 // Validate checks the options; cniKubeconfig is where the plugin's
@@ -76,17 +91,22 @@ func (o *Options) Validate(cniKubeconfig string) error {
 		return errors.New("--install-cni needs --cni-bin-dir, --cni-kubeconfig and --cni-service-account")
 	case o.InstallCNI && o.CNITokenLifetime < 10*time.Minute:
 		return fmt.Errorf("--cni-token-lifetime %v: the API server issues tokens for at least 10m", o.CNITokenLifetime)
+	case o.ReleaseDelay < 0:
+		return fmt.Errorf("--network-release-delay %v: must not be negative", o.ReleaseDelay)
 	}
 	return nil
 }
 
 // Deps is what the agent is built from: the operator's shared clients,
-// the Network informer and the node's backend, with its overlay.
+// the Network, NetworkNode and pod informers and the node's backend, with
+// its overlay.
 type Deps struct {
 	Config   *rest.Config
 	Kube     kubernetes.Interface
 	Client   versioned.Interface
 	Networks samplecrdinformers.NetworkInformer
+	Reports  netopinformers.NetworkNodeInformer
+	Pods     coreinformers.PodInformer
 	Backend  backend.Backend
 	// Overlay is the node on the underlay (Overlay), nil without one.
 	Overlay  *linux.Overlay
@@ -140,51 +160,59 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 			Namespace: d.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, Node: o.NodeName, TokenLifetime: o.CNITokenLifetime, Kube: d.Kube}
 	}
 	a.report = networknode.NewReport(d.Client, d.Kube, o.NodeName, o.Pod, reportDelay)
+	a.report.OnDemand(o.OnDemand)
 	if err := a.report.Load(ctx); err != nil {
 		return nil, err
 	}
 	opts := d.Network
-	opts.Outcome = network.Agent(a.report, d.Overlay != nil)
+	var demand *Demand
+	if o.OnDemand {
+		var err error
+		if demand, err = NewDemand(d.Pods, o.NodeName, o.ReleaseDelay); err != nil {
+			return nil, err
+		}
+		opts.Outcome = network.Agent(a.report, d.Overlay != nil, demand)
+	} else {
+		opts.Outcome = network.Agent(a.report, d.Overlay != nil, nil)
+	}
 	var err error
 	if a.controller, err = network.New(ctx, d.Client, d.Networks, d.Backend, d.Recorder, d.Metrics, opts); err != nil {
 		return nil, err
 	}
+	if demand != nil {
+		demand.OnChange(a.controller.EnqueueUID)
+		// Until every pod here is seen, a Network in use looks unneeded.
+		a.controller.WaitFor(demand.HasSyncedChecker())
+	}
 	if d.Overlay != nil {
-		if err := a.followPeers(ctx, d.Overlay, d.Network.Resync); err != nil {
+		if err := a.followPeers(d.Overlay, d.Reports, demand, d.Network.Resync); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
 }
 
-// followPeers keeps the overlay's peers the other Nodes' InternalIPs; when
-// they change, every Network's flooding entries follow.
-func (a *Agent) followPeers(ctx context.Context, overlay *linux.Overlay, resync time.Duration) error {
+// followPeers has each Network's VXLAN device flood to the other nodes
+// that realise it, at their Nodes' InternalIPs: when those change, the
+// Networks this node realises are synced again.
+func (a *Agent) followPeers(overlay *linux.Overlay, reports netopinformers.NetworkNodeInformer, demand *Demand, resync time.Duration) error {
 	a.nodes = kubeinformers.NewSharedInformerFactoryWithOptions(a.kube, resync, kubeinformers.WithTransform(trimNode))
 	nodes := a.nodes.Core().V1().Nodes()
-	update := func(any) {
-		list, err := nodes.Lister().List(labels.Everything())
-		if err != nil {
-			return
-		}
-		var peers []netip.Addr
-		for _, node := range list {
-			if ip, err := netip.ParseAddr(nodeInternalIP(node)); err == nil && node.Name != a.node {
-				peers = append(peers, ip)
+	peers, err := NewPeers(nodes, reports, a.node)
+	if err != nil {
+		return err
+	}
+	peers.OnChange(func(uids []types.UID) {
+		for _, uid := range uids {
+			if demand == nil || demand.Wants(uid) {
+				a.controller.EnqueueUID(uid, 0)
 			}
 		}
-		if overlay.SetPeers(peers) {
-			klog.FromContext(ctx).Info("Overlay peers changed", "peers", len(peers))
-			a.controller.EnqueueAll()
-		}
-	}
-	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, cur any) { update(cur) },
-		DeleteFunc: update,
 	})
+	overlay.Follow(peers)
 	a.controller.WaitFor(nodes.Informer().HasSyncedChecker())
-	return err
+	a.controller.WaitFor(reports.Informer().HasSyncedChecker())
+	return nil
 }
 
 // Overlay is the overlay of node: its InternalIP, as its kubelet reports

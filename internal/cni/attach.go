@@ -9,6 +9,7 @@
 package cni
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -55,20 +56,84 @@ type Attached struct {
 // Attacher works in one node namespace.
 type Attacher struct {
 	node *netlink.Handle
+	// ns is a copy of the node namespace's handle, for WaitBridge's
+	// subscriptions; None for the attacher's own namespace.
+	ns netns.NsHandle
 }
 
-// NewAttacher works in the node namespace ns (the attacher keeps no
-// reference to ns once it returns).
+// NewAttacher works in the node namespace ns (the attacher keeps a copy of
+// the handle, not ns itself).
 func NewAttacher(ns netns.NsHandle) (*Attacher, error) {
+	own := netns.None()
+	if ns.IsOpen() {
+		fd, err := unix.Dup(int(ns))
+		if err != nil {
+			return nil, fmt.Errorf("the node's network namespace: %w", err)
+		}
+		own = netns.NsHandle(fd)
+	}
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
+		_ = own.Close()
 		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
 	}
-	return &Attacher{node: h}, nil
+	return &Attacher{node: h, ns: own}, nil
 }
 
 // Close releases the attacher.
-func (a *Attacher) Close() { a.node.Close() }
+func (a *Attacher) Close() {
+	a.node.Close()
+	if a.ns.IsOpen() {
+		_ = a.ns.Close()
+	}
+}
+
+// WaitBridge returns once the bridge named name is up in the node's
+// namespace (the agent brings a Network's bridge up once it is whole), or
+// an error when ctx is done first. A node realises a Network when a pod
+// there first needs it, so the bridge may still be coming: this waits on
+// the kernel's link notifications, not by polling.
+func (a *Attacher) WaitBridge(ctx context.Context, name string) error {
+	up := func(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
+	if l, err := a.node.LinkByName(name); err == nil && up(l) {
+		return nil
+	}
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	subscribeErr := make(chan error, 1)
+	opts := netlink.LinkSubscribeOptions{ErrorCallback: func(err error) {
+		select {
+		case subscribeErr <- err:
+		default:
+		}
+	}}
+	if a.ns.IsOpen() {
+		opts.Namespace = &a.ns
+	}
+	if err := netlink.LinkSubscribeWithOptions(updates, done, opts); err != nil {
+		return fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
+	}
+	// It may have come up between the first look and the subscription.
+	if l, err := a.node.LinkByName(name); err == nil && up(l) {
+		return nil
+	}
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return fmt.Errorf("bridge %s of the network: the node's link notifications ended", name)
+			}
+			if u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == name && up(u.Link) {
+				return nil
+			}
+		case err := <-subscribeErr:
+			return fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
+		case <-ctx.Done():
+			return fmt.Errorf("bridge %s of the network is not up on this node (its agent builds it once it sees a pod here on the Network): %w", name, context.Cause(ctx))
+		}
+	}
+}
 
 // HostVethName is the host end's name for a container's interface: the
 // same on ADD and DEL, at most 15 bytes.

@@ -40,6 +40,8 @@ type Report struct {
 	node   string
 	pod    string
 	delay  time.Duration
+	// onDemand is reported as the NetworkNode's status.onDemand.
+	onDemand bool
 
 	mu     sync.Mutex
 	ready  map[types.UID]int64
@@ -59,6 +61,11 @@ func NewReport(client versioned.Interface, kube kubernetes.Interface, node, pod 
 		changed: make(chan struct{}, 1),
 	}
 }
+
+// OnDemand tells that the node realises only the Networks its pods use:
+// the report says so, so that the controller does not count the node as
+// lagging on the others. Call it before Load.
+func (r *Report) OnDemand(on bool) { r.onDemand = on }
 
 // Load reads the node's NetworkNode, creating it if it is missing, so
 // that a restarted agent starts from what it reported and writes nothing
@@ -82,7 +89,7 @@ func (r *Report) Load(ctx context.Context) error {
 	for _, f := range nn.Status.Failed {
 		r.failed[f.UID] = f
 	}
-	if nn.Status.AgentPod != r.pod {
+	if nn.Status.AgentPod != r.pod || nn.Status.OnDemand != r.onDemand {
 		r.notify()
 	}
 	return nil
@@ -187,7 +194,7 @@ func (r *Report) notify() {
 
 // status is the report as a NetworkNode status; r.mu is held.
 func (r *Report) status() netopv1alpha1.NetworkNodeStatus {
-	s := netopv1alpha1.NetworkNodeStatus{AgentPod: r.pod, ReadyNetworks: int32(len(r.ready)), FailedNetworks: int32(len(r.failed))}
+	s := netopv1alpha1.NetworkNodeStatus{AgentPod: r.pod, OnDemand: r.onDemand, ReadyNetworks: int32(len(r.ready)), FailedNetworks: int32(len(r.failed))}
 	if len(r.ready) > 0 {
 		s.Ready = maps.Clone(r.ready)
 	}

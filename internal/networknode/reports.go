@@ -42,7 +42,7 @@ func NewNodeReports(informer netopinformers.NetworkNodeInformer, pods coreinform
 		AddFunc: func(any) { r.changed(nil, true) },
 		UpdateFunc: func(oldObj, newObj any) {
 			old, cur := oldObj.(*netopv1alpha1.NetworkNode), newObj.(*netopv1alpha1.NetworkNode)
-			if old.Status.AgentPod != cur.Status.AgentPod {
+			if old.Status.AgentPod != cur.Status.AgentPod || old.Status.OnDemand != cur.Status.OnDemand {
 				r.changed(nil, true)
 				return
 			}
@@ -148,15 +148,22 @@ func changedNetworks(old, cur *netopv1alpha1.NetworkNodeStatus) []types.UID {
 	return slices.Compact(uids)
 }
 
-// Nodes counts the nodes where n is ready at its generation, and says why
-// up to limit of the others lag, in the order of their names.
-func (r *NodeReports) Nodes(n *samplecrdv2.Network, limit int) (ready, total int32, lagging []string) {
+// Nodes counts the nodes that realise n (every node, but for those whose
+// agents realise Networks on demand and do not report n, ready or failed)
+// and those of them where it is ready at its generation, says why up to
+// limit of the others lag, in the order of their names, and counts the
+// nodes whose agents report at all.
+func (r *NodeReports) Nodes(n *samplecrdv2.Network, limit int) (ready, total, of int32, lagging []string) {
 	nodes, err := r.reports.List(labels.Everything())
 	if err != nil {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	slices.SortFunc(nodes, func(a, b *netopv1alpha1.NetworkNode) int { return strings.Compare(a.Name, b.Name) })
 	for _, nn := range nodes {
+		of++
+		if nn.Status.OnDemand && !reports(nn, n.UID) {
+			continue
+		}
 		total++
 		why := r.lag(nn, n)
 		if why == "" {
@@ -167,7 +174,16 @@ func (r *NodeReports) Nodes(n *samplecrdv2.Network, limit int) (ready, total int
 			lagging = append(lagging, nn.Name+": "+why)
 		}
 	}
-	return ready, total, lagging
+	return ready, total, of, lagging
+}
+
+// reports reports whether nn's agent reports the Network of uid, ready or
+// failed.
+func reports(nn *netopv1alpha1.NetworkNode, uid types.UID) bool {
+	if _, ok := nn.Status.Ready[uid]; ok {
+		return true
+	}
+	return slices.ContainsFunc(nn.Status.Failed, func(f netopv1alpha1.NetworkNodeFailure) bool { return f.UID == uid })
 }
 
 // lag says why n is not ready on the node of nn, or "" if it is.

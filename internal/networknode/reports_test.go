@@ -23,6 +23,10 @@ func TestNodeReportsLagging(t *testing.T) {
 		return &netopv1alpha1.NetworkNode{ObjectMeta: metav1.ObjectMeta{Name: node},
 			Status: netopv1alpha1.NetworkNodeStatus{AgentPod: pod, Ready: ready, Failed: failed}}
 	}
+	onDemand := func(nn *netopv1alpha1.NetworkNode) *netopv1alpha1.NetworkNode {
+		nn.Status.OnDemand = true
+		return nn
+	}
 	pod := func(name string, ready corev1.ConditionStatus) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agents, Name: name},
 			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}}}
@@ -33,6 +37,7 @@ func TestNodeReportsLagging(t *testing.T) {
 		report("c", "agent-c", nil, netopv1alpha1.NetworkNodeFailure{Network: "ns/net", UID: "u1", Generation: 2, Reason: "BackendError", Message: "no room"}),
 		report("d", "agent-d", map[types.UID]int64{"u1": 2}),
 		report("e", "", nil),
+		onDemand(report("g", "", nil)),
 		report("f", "", map[types.UID]int64{"u1": 2}),
 	)
 	kube := kubefake.NewClientset(pod("agent-a", corev1.ConditionTrue), pod("agent-b", corev1.ConditionTrue),
@@ -48,9 +53,9 @@ func TestNodeReportsLagging(t *testing.T) {
 	factory.WaitForCacheSync(t.Context().Done())
 	kubeFactory.WaitForCacheSync(t.Context().Done())
 
-	ready, total, lagging := reports.Nodes(n, 10)
-	if ready != 2 || total != 6 {
-		t.Errorf("ready %d of %d, want 2 of 6 (a and f)", ready, total)
+	ready, total, of, lagging := reports.Nodes(n, 10)
+	if ready != 2 || total != 6 || of != 7 {
+		t.Errorf("ready on %d of %d (of %d), want 2 of 6 (a and f; g realises Networks on demand, not this one) of 7", ready, total, of)
 	}
 	want := []string{
 		"b: ready at generation 1, not yet at 2",
@@ -61,7 +66,7 @@ func TestNodeReportsLagging(t *testing.T) {
 	if !slices.Equal(lagging, want) {
 		t.Errorf("lagging:\n%q\nwant\n%q", lagging, want)
 	}
-	if _, _, lagging := reports.Nodes(n, 2); len(lagging) != 2 {
+	if _, _, _, lagging := reports.Nodes(n, 2); len(lagging) != 2 {
 		t.Errorf("limit 2 named %d nodes", len(lagging))
 	}
 }

@@ -74,7 +74,7 @@ var components = []component{{
 	validate: func(o *Options) error { return o.Agent.Validate(o.CNIKubeconfig) },
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		return agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
-			Networks: s.netop.Samplecrd().V2().Networks(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
+			Networks: s.netop.Samplecrd().V2().Networks(), Reports: s.netop.Netop().V1alpha1().NetworkNodes(), Pods: s.pods.Core().V1().Pods(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
 			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
 	},
 }, {

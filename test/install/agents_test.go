@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
@@ -217,40 +219,7 @@ func TestControllerAndAgents(t *testing.T) {
 	nets := env.Netop.SamplecrdV1().Networks(ns)
 	ctx := t.Context()
 
-	nodes := make([]*node, 3)
-	addrs := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
-	suffix := strings.ToLower(nettest.NetnsName(""))
-	for i := range nodes {
-		nodes[i] = &node{name: fmt.Sprintf("agents-%c-%s", 'a'+i, suffix), netns: nettest.NetnsName("netopag")}
-	}
-	underlay(t, nodes, addrs)
-	for i, n := range nodes {
-		if err := testenv.RegisterNode(ctx, env.Kube, n.name, addrs[i]); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = env.Kube.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
-			_ = nettest.DeleteNetns(n.netns)
-		})
-	}
-	startAgent := func(n *node) {
-		opts := operator.NewOptions()
-		opts.Role = operator.RoleAgent
-		opts.Agent.NodeName = n.name
-		opts.Backend.Netns = n.netns
-		opts.Namespace = ns
-		opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
-		n.op, n.stop = testenv.StartOperator(t, asAgent(env, n.name), opts, nil)
-	}
-	for _, n := range nodes {
-		startAgent(n)
-	}
-	opts := operator.NewOptions()
-	opts.Role = operator.RoleController
-	opts.Namespace = ns
-	opts.OperatorNamespace = operatorNamespace
-	opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
-	testenv.StartOperator(t, asServiceAccount(env), opts, nil)
+	nodes, addrs, startAgent := startCluster(t, env, ns, nil)
 
 	create := func(name, cidr string) *samplecrdv1.Network {
 		n, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
@@ -303,10 +272,13 @@ func TestControllerAndAgents(t *testing.T) {
 	}
 	vx := linux.VXLANName(first.UID)
 	for i, n := range nodes {
+		// Each floods to the nodes that report the Network: the last
+		// reports come with the Ready condition.
 		want := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })
-		if got := flooding(t, n, vx); !slices.Equal(got, want) {
-			t.Errorf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
-		}
+		testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+			got := flooding(t, n, vx)
+			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
+		})
 		if link := ip(t, "-n", n.netns, "-d", "-o", "link", "show", vx); !strings.Contains(link, fmt.Sprintf("vxlan id %d ", got.Status.VNI)) ||
 			!strings.Contains(link, "master "+linux.BridgeName(first.UID)) || !strings.Contains(link, "mtu 1450 ") {
 			t.Errorf("node %s: %s", n.name, link)
@@ -386,4 +358,162 @@ func TestControllerAndAgents(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// startCluster starts three nodes of the test on their underlay, each with
+// its agent (its options tweaked by agentOptions, if set), and the
+// cluster's controller, all watching namespace ns. startAgent starts a
+// node's agent again.
+func startCluster(t *testing.T, env *testenv.Env, ns string, agentOptions func(*operator.Options)) (nodes []*node, addrs []string, startAgent func(*node)) {
+	t.Helper()
+	ctx := t.Context()
+	nodes = make([]*node, 3)
+	addrs = []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
+	suffix := strings.ToLower(nettest.NetnsName(""))
+	for i := range nodes {
+		nodes[i] = &node{name: fmt.Sprintf("agents-%c-%s", 'a'+i, suffix), netns: nettest.NetnsName("netopag")}
+	}
+	underlay(t, nodes, addrs)
+	for i, n := range nodes {
+		if err := testenv.RegisterNode(ctx, env.Kube, n.name, addrs[i]); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Kube.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
+			_ = nettest.DeleteNetns(n.netns)
+		})
+	}
+	startAgent = func(n *node) {
+		opts := operator.NewOptions()
+		opts.Role = operator.RoleAgent
+		opts.Agent.NodeName = n.name
+		opts.Backend.Netns = n.netns
+		opts.Namespace = ns
+		opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
+		if agentOptions != nil {
+			agentOptions(opts)
+		}
+		n.op, n.stop = testenv.StartOperator(t, asAgent(env, n.name), opts, nil)
+	}
+	for _, n := range nodes {
+		startAgent(n)
+	}
+	opts := operator.NewOptions()
+	opts.Role = operator.RoleController
+	opts.Namespace = ns
+	opts.OperatorNamespace = operatorNamespace
+	opts.Metrics.Addr, opts.Webhooks.Addr, opts.Workloads.Enabled = "0", "0", false
+	testenv.StartOperator(t, asServiceAccount(env), opts, nil)
+
+	return nodes, addrs, startAgent
+}
+
+// Issue 37: with --networks-on-demand, a node realises a Network only while
+// a pod there holds an interface on it. A Network no pod uses is Ready and
+// on no node ("0/0 (of 3)"); pods placed on two nodes (allocated by the
+// controller, no kubelet needed) bring its bridge and VXLAN device there
+// and nowhere else, each flooding only to the other; a pod on the third
+// node brings it there too, and every node floods to the two others; once
+// that pod is gone, the third node removes it after the release delay,
+// and the others stop flooding to it.
+func TestAgentsOnDemand(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ns := env.Namespace(t)
+	nets := env.Netop.SamplecrdV1().Networks(ns)
+	ctx := t.Context()
+	const releaseDelay = 3 * time.Second
+	nodes, addrs, _ := startCluster(t, env, ns, func(o *operator.Options) {
+		o.Agent.OnDemand, o.Agent.ReleaseDelay = true, releaseDelay
+	})
+
+	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "used"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.142.0.0/24"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSummary := func(summary string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			n, err := nets.Get(ctx, network.Name, metav1.GetOptions{})
+			if err != nil || n.Status.Nodes == nil || len(n.Status.Conditions) == 0 {
+				return false, fmt.Sprintf("%+v %v", n.Status, err)
+			}
+			c := n.Status.Conditions[0]
+			return n.Status.Nodes.Summary == summary && c.Status == metav1.ConditionTrue,
+				fmt.Sprintf("nodes %s, Ready=%s %s: %s; want %s and Ready", n.Status.Nodes.Summary, c.Status, c.Reason, c.Message, summary)
+		})
+	}
+	realises := func(n *node) bool {
+		_, ok := n.bridges(t)[network.UID]
+		return ok && exec.Command("ip", "-n", n.netns, "link", "show", linux.VXLANName(network.UID)).Run() == nil
+	}
+	waitRealised := func(want ...bool) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			var got []bool
+			for _, n := range nodes {
+				got = append(got, realises(n))
+			}
+			return slices.Equal(got, want), fmt.Sprintf("nodes realise the Network: %v, want %v", got, want)
+		})
+	}
+	vx := linux.VXLANName(network.UID)
+	waitFlooding := func(n *node, want ...string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			got := flooding(t, n, vx)
+			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
+		})
+	}
+	place := func(name string, n *node) {
+		t.Helper()
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: network.Name}},
+			Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if _, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	waitSummary("0/0 (of 3)")
+	waitRealised(false, false, false)
+
+	place("on-a", nodes[0])
+	place("on-c", nodes[2])
+	waitSummary("2/2 (of 3)")
+	waitRealised(true, false, true)
+	waitFlooding(nodes[0], addrs[2])
+	waitFlooding(nodes[2], addrs[0])
+	podA := attachPod(t, nodes[0], linux.BridgeName(network.UID), "10.142.0.10/24")
+	attachPod(t, nodes[2], linux.BridgeName(network.UID), "10.142.0.30/24")
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		err := ping(podA, "10.142.0.30")
+		return err == nil, fmt.Sprintf("pod on %s to pod on %s over the overlay: %v", nodes[0].name, nodes[2].name, err)
+	})
+
+	place("on-b", nodes[1])
+	waitSummary("3/3")
+	waitRealised(true, true, true)
+	waitFlooding(nodes[0], addrs[1], addrs[2])
+	waitFlooding(nodes[1], addrs[0], addrs[2])
+	podB := attachPod(t, nodes[1], linux.BridgeName(network.UID), "10.142.0.20/24")
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		err := ping(podB, "10.142.0.10")
+		return err == nil, fmt.Sprintf("pod on %s, realised on demand, to pod on %s: %v", nodes[1].name, nodes[0].name, err)
+	})
+
+	if err := env.Kube.CoreV1().Pods(ns).Delete(ctx, "on-b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	waitRealised(true, false, true)
+	if held := time.Since(gone); held < releaseDelay {
+		t.Errorf("node %s removed the Network %v after its last pod left, before the release delay (%v)", nodes[1].name, held, releaseDelay)
+	}
+	waitSummary("2/2 (of 3)")
+	waitFlooding(nodes[0], addrs[2])
+	waitFlooding(nodes[2], addrs[0])
+	if err := ping(podA, "10.142.0.30"); err != nil {
+		t.Error(err)
+	}
 }

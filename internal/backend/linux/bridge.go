@@ -163,6 +163,18 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 		res.Action = backend.ActionUpdated
 		logger.Info("Set the Network's egress", "egress", want.Egress)
 	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		// Up last: the CNI plugin attaches a pod once the bridge is up,
+		// and by then it is whole (addresses, VXLAN port, isolation).
+		ipv6 := slices.ContainsFunc(want.Families, func(f backend.Family) bool { return f.Gateway.Is6() })
+		if err := b.setUp(logger, link, ipv6); err != nil {
+			return res, fmt.Errorf("set bridge %s up: %w", name, err)
+		}
+		if res.Action == backend.ActionNone {
+			res.Action = backend.ActionUpdated
+		}
+		logger.V(2).Info("Set bridge up")
+	}
 	if res.Action == backend.ActionNone {
 		logger.V(5).Info("Bridge is up to date")
 	}
@@ -255,15 +267,6 @@ func (b *Backend) converge(logger klog.Logger, link netlink.Link, want backend.N
 	}
 
 	families := want.Families
-	ipv6 := slices.ContainsFunc(families, func(f backend.Family) bool { return f.Gateway.Is6() })
-	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.setUp(logger, link, ipv6); err != nil {
-			return changed, fmt.Errorf("set bridge %s up: %w", name, err)
-		}
-		changed = true
-		logger.V(2).Info("Set bridge up")
-	}
-
 	addrs, err := b.addrList(link)
 	if err != nil {
 		return changed, fmt.Errorf("list addresses of bridge %s: %w", name, err)

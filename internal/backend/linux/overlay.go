@@ -20,9 +20,10 @@ import (
 
 // The overlay joins a Network's bridges on several nodes into one layer-2
 // segment: a VXLAN device per Network (its VNI from the Network's status),
-// a port of the bridge, flooding to every other node (an all-zero FDB entry
-// per peer, head-end replication) and learning the rest, so that it needs
-// neither multicast on the underlay nor a control plane for MAC addresses.
+// a port of the bridge, flooding to the other nodes that realise the
+// Network (an all-zero FDB entry per peer, head-end replication) and
+// learning the rest, so that it needs neither multicast on the underlay nor
+// a control plane for MAC addresses.
 
 // VXLANPort is the IANA VXLAN port.
 const VXLANPort = 4789
@@ -34,13 +35,14 @@ const vxlanPrefix = "netvx"
 // VXLANName is the name of the VXLAN device of the Network with this UID.
 func VXLANName(uid types.UID) string { return vxlanPrefix + BridgeName(uid)[len(bridgePrefix):] }
 
-// Overlay says where this node is on the underlay, and who its peers are.
+// Overlay says where this node is on the underlay, and which other nodes
+// realise each Network.
 type Overlay struct {
 	// Local is this node's underlay address: VXLAN packets leave from it.
 	Local netip.Addr
 
 	mu    sync.Mutex
-	peers []netip.Addr
+	peers Peers
 	// underlay is the index of the interface with Local, once found.
 	underlay atomic.Int32
 	// underlayMTU is its MTU when last read, at checkedMTU: every Network
@@ -49,32 +51,39 @@ type Overlay struct {
 	checkedMTU  time.Time
 }
 
+// Peers says which other nodes realise a Network: its VXLAN device floods
+// to them, and to no other node.
+type Peers interface {
+	// Of returns the underlay addresses of the other nodes that realise
+	// the Network of uid.
+	Of(uid types.UID) []netip.Addr
+}
+
 // underlayMTUFresh is how long a read of the underlay's MTU is trusted: a
 // change of it reaches Networks made or synced after that.
 const underlayMTUFresh = 10 * time.Second
 
-// SetPeers replaces the other nodes' underlay addresses; the next Ensure of
-// each Network brings its flooding entries in line. It reports whether
-// they changed.
-func (o *Overlay) SetPeers(peers []netip.Addr) bool {
-	peers = slices.Clone(peers)
-	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
-	peers = slices.Compact(peers)
-	peers = slices.DeleteFunc(peers, func(p netip.Addr) bool { return p == o.Local || !p.IsValid() })
+// Follow takes the Networks' peers from p from now on; the next Ensure of
+// each Network brings its flooding entries in line.
+func (o *Overlay) Follow(p Peers) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if slices.Equal(o.peers, peers) {
-		return false
-	}
-	o.peers = peers
-	return true
+	o.peers = p
 }
 
-// Peers returns the other nodes' underlay addresses.
-func (o *Overlay) Peers() []netip.Addr {
+// PeersOf returns the other nodes' underlay addresses that realise the
+// Network of uid, sorted, without this node's: none until Follow.
+func (o *Overlay) PeersOf(uid types.UID) []netip.Addr {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.peers)
+	p := o.peers
+	o.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	peers := slices.Clone(p.Of(uid))
+	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
+	peers = slices.Compact(peers)
+	return slices.DeleteFunc(peers, func(p netip.Addr) bool { return p == o.Local || !p.IsValid() })
 }
 
 // overhead is what VXLAN encapsulation adds to a frame: outer IP, UDP,
@@ -242,18 +251,17 @@ func (b *Backend) ensureVXLAN(logger klog.Logger, bridge netlink.Link, want back
 		}
 		changed = true
 	}
-	fdbChanged, err := b.ensureFlooding(link)
+	fdbChanged, err := b.ensureFlooding(link, b.overlay.PeersOf(want.UID))
 	return changed || fdbChanged, err
 }
 
 // ensureFlooding makes the VXLAN device flood to exactly the peers.
-func (b *Backend) ensureFlooding(link netlink.Link) (changed bool, err error) {
+func (b *Backend) ensureFlooding(link netlink.Link, peers []netip.Addr) (changed bool, err error) {
 	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return b.nl.NeighList(link.Attrs().Index, unix.AF_BRIDGE) })
 	if err != nil {
 		return false, fmt.Errorf("list forwarding entries of %s: %w", link.Attrs().Name, err)
 	}
 	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
-	peers := b.overlay.Peers()
 	have := map[netip.Addr]bool{}
 	for i := range neighs {
 		n := &neighs[i]

@@ -263,6 +263,9 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 			return undo(err)
 		}
 		made = append(made, a.Interface)
+		if err := attacher.WaitBridge(ctx, at.Bridge); err != nil {
+			return undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
+		}
 		log.V(vDebug).Info("Attaching", "interface", a.Interface, "network", a.Network, "bridge", at.Bridge)
 		attached, err := attacher.Add(at)
 		if err != nil {

@@ -206,7 +206,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		if err := c.opts.Store.Save(rec); err != nil {
 			return err
 		}
-		attached, err := c.opts.Attacher.Add(at)
+		attached, err := c.attach(ctx, at)
 		if err != nil {
 			// Add leaves nothing behind; the record is dropped with it.
 			err = fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err)
@@ -222,6 +222,21 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		logger.Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs, "containerID", sandbox.ID, "hostVeth", attached.HostVeth)
 	}
 	return errors.Join(append(failed, c.report(ctx, pod, allocations, rec))...)
+}
+
+// bridgeWait bounds how long an attachment waits for its Network's bridge
+// on this node, which the agent builds once it sees the allocation; a
+// failure is retried with the pod's backoff.
+const bridgeWait = 30 * time.Second
+
+// attach attaches at once its bridge is up.
+func (c *Controller) attach(ctx context.Context, at cni.Attachment) (cni.Attached, error) {
+	ctx, cancel := context.WithTimeout(ctx, bridgeWait)
+	defer cancel()
+	if err := c.opts.Attacher.WaitBridge(ctx, at.Bridge); err != nil {
+		return cni.Attached{}, err
+	}
+	return c.opts.Attacher.Add(at)
 }
 
 // same: the recorded interface is the allocation's.

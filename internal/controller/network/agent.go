@@ -34,14 +34,22 @@ type Reporter interface {
 	Retain(keep func(types.UID) bool)
 }
 
+// Demand says which Networks a node needs: those its pods hold
+// interfaces on, until a while after the last one left.
+type Demand interface {
+	// Wants reports whether the node needs the Network of uid.
+	Wants(uid types.UID) bool
+}
+
 // Agent is the outcome of a node's agent (`netop agent`): the controller
 // builds the node's bridges and reports them in report, for the cluster's
 // controller to read, and writes no Network (no status, no finalizer): a
 // write per node and Network would grow with the cluster. overlay tells
 // that the node joins the others by the Networks' VNIs: a Network is ready
-// there only once it has one.
-func Agent(report Reporter, overlay bool) Outcome {
-	return &agentOutcome{report: report, overlay: overlay}
+// there only once it has one. demand, if not nil, limits the node to the
+// Networks it needs: the others have no bridge there and are not reported.
+func Agent(report Reporter, overlay bool, demand Demand) Outcome {
+	return &agentOutcome{report: report, overlay: overlay, demand: demand}
 }
 
 // agentOutcome builds a node's bridges and reports them.
@@ -49,13 +57,19 @@ type agentOutcome struct {
 	c       *Controller
 	report  Reporter
 	overlay bool
+	demand  Demand
 	// deletedUIDs holds, by name, the UIDs of Networks deleted, until
 	// gone removed their backend networks.
 	deletedUIDs sync.Map
 }
 
 func (o *agentOutcome) bind(c *Controller) Outcome {
-	return &agentOutcome{c: c, report: o.report, overlay: o.overlay}
+	return &agentOutcome{c: c, report: o.report, overlay: o.overlay, demand: o.demand}
+}
+
+// wanted: the node needs n, or builds every Network.
+func (o *agentOutcome) wanted(n *samplecrdv2.Network) bool {
+	return o.demand == nil || o.demand.Wants(n.UID)
 }
 
 func (o *agentOutcome) seen(*samplecrdv2.Network) {}
@@ -65,7 +79,12 @@ func (o *agentOutcome) deleted(n *samplecrdv2.Network) {
 	o.deletedUIDs.Store(cache.MetaObjectToName(n), n.UID)
 }
 
+// converged: reported ready at n's generation, or, for a Network the node
+// does not need, not reported (the first resync sweeps a bridge left).
 func (o *agentOutcome) converged(n *samplecrdv2.Network) bool {
+	if !o.wanted(n) {
+		return o.report.ReadyAt(n.UID) == 0
+	}
 	return o.report.ReadyAt(n.UID) == n.Generation
 }
 
@@ -126,7 +145,7 @@ func (o *agentOutcome) record(_ context.Context, _, n *samplecrdv2.Network, read
 		// controller gave the Network its VNI, which is a new event.
 	case ready == metav1.ConditionTrue:
 		o.report.Ready(n)
-	case reason == samplecrd.ReasonOverlap:
+	case reason == samplecrd.ReasonOverlap, reason == reasonNotNeeded:
 		o.report.Forget(n.UID)
 	default:
 		o.report.Failed(n, reason, message)
@@ -144,8 +163,12 @@ func (o *agentOutcome) eventf(n *samplecrdv2.Network, eventType, reason, format 
 }
 
 // inSync: the node's bridge is built as n's spec and VNI say, and the
-// report says so.
+// report says so; or, where the node does not need n, there is no bridge
+// and no report.
 func (o *agentOutcome) inSync(n *samplecrdv2.Network, observed backend.Observed, built bool) bool {
+	if !o.wanted(n) {
+		return observed.UID == "" && o.report.ReadyAt(n.UID) == 0
+	}
 	return built && observed.VNI == o.vni(n) && o.report.ReadyAt(n.UID) == n.Generation
 }
 

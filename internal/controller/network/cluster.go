@@ -19,9 +19,11 @@ import (
 // NodeReadiness is what the agents report, for the controller of a
 // cluster whose nodes each run an agent.
 type NodeReadiness interface {
-	// Nodes counts the nodes where n is ready at its generation, of the
-	// nodes that run an agent, and says why up to limit of the others lag.
-	Nodes(n *samplecrdv2.Network, limit int) (ready, total int32, lagging []string)
+	// Nodes counts the nodes that realise n (a node realises a Network
+	// while its pods use it), those of them where it is ready at its
+	// generation, and the nodes that run an agent; it says why up to limit
+	// of the realising nodes lag.
+	Nodes(n *samplecrdv2.Network, limit int) (ready, total, of int32, lagging []string)
 	// OnChange registers f, called with the UIDs of the Networks whose
 	// readiness on some node changed, or with all set when every
 	// Network's may have (a node came or went).
@@ -30,8 +32,9 @@ type NodeReadiness interface {
 
 // Cluster is the outcome of the controller of a cluster whose nodes run
 // agents (`netop controller`, on the agents' backend): each agent builds
-// its node's bridges, so a Network is Ready once ready on every node, and
-// gets a VNI for the overlay between them.
+// its node's bridges where its pods use them, so a Network is Ready once
+// ready on every node that realises it (and on none: it is then ready for
+// the first pod), and gets a VNI for the overlay between them.
 func Cluster(nodes NodeReadiness) Outcome { return &clusterOutcome{nodes: nodes} }
 
 // clusterOutcome writes the Networks as the standalone does, from what
@@ -79,7 +82,7 @@ func (o *clusterOutcome) setVNI(n *samplecrdv2.Network) (uint32, bool) {
 }
 
 // readiness puts the nodes' readiness in n's status: n is Ready once it is
-// ready on every node.
+// ready on every node that realises it.
 func (o *clusterOutcome) readiness(n *samplecrdv2.Network, provisioned string) (metav1.ConditionStatus, string, string) {
 	nodes, ready, reason, msg := o.nodeReadiness(n, provisioned)
 	n.Status.Nodes = nodes
@@ -92,19 +95,25 @@ const laggingNames = 3
 // nodeReadiness is what readiness puts in n's status: the nodes' count and
 // the Ready condition.
 func (o *clusterOutcome) nodeReadiness(n *samplecrdv2.Network, provisioned string) (*samplecrdv2.NetworkNodes, metav1.ConditionStatus, string, string) {
-	ready, total, lagging := o.nodes.Nodes(n, laggingNames)
-	nodes := &samplecrdv2.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
+	ready, total, of, lagging := o.nodes.Nodes(n, laggingNames)
+	summary := fmt.Sprintf("%d/%d", ready, total)
+	if total < of {
+		summary += fmt.Sprintf(" (of %d)", of)
+	}
+	nodes := &samplecrdv2.NetworkNodes{Ready: ready, Total: total, Summary: summary}
 	switch {
-	case total == 0:
+	case of == 0:
 		return nodes, metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, "no node runs netop's agent yet"
 	case ready < total:
 		named := strings.Join(lagging, "; ")
 		if more := int(total-ready) - len(lagging); more > 0 {
 			named += fmt.Sprintf("; and %d more", more)
 		}
-		return nodes, metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, fmt.Sprintf("ready on %d of %d nodes; lagging: %s", ready, total, named)
+		return nodes, metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, fmt.Sprintf("ready on %d of the %d nodes that realise it; lagging: %s", ready, total, named)
+	case total == 0:
+		return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s; no node realises it yet: a node builds it when a pod there joins it", provisioned)
 	}
-	return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes", provisioned, ready, total)
+	return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes that realise it (of %d)", provisioned, ready, total, of)
 }
 
 // inSync: the agents build, and what they report is readinessInSync's;

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -333,6 +334,14 @@ func entryOf(n *samplecrdv2.Network, prefixes ...netip.Prefix) overlap.Entry {
 func (c *Controller) enqueueEntries(entries []overlap.Entry) {
 	for _, e := range entries {
 		c.Add(cache.ObjectName{Namespace: e.Namespace, Name: e.Name})
+	}
+}
+
+// EnqueueUID enqueues the Network of uid after the delay, if the cache
+// has it: what it depends on on this node changed (its demand, its peers).
+func (c *Controller) EnqueueUID(uid types.UID, after time.Duration) {
+	if name, ok := c.nameForUID(uid); ok {
+		c.AddAfter(name, after)
 	}
 }
 

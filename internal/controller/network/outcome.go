@@ -78,6 +78,9 @@ type Outcome interface {
 	// retain forgets what the outcome keeps of the Networks for which
 	// exists is false, once a resync swept the backend.
 	retain(exists func(types.UID) bool)
+	// wanted reports whether n is to have a backend network here at all:
+	// an agent's node realises only the Networks its pods use.
+	wanted(n *samplecrdv2.Network) bool
 }
 
 // Standalone is the outcome of netop alone: the controller builds every
@@ -204,6 +207,9 @@ func (o *statusOutcome) inSync(n *samplecrdv2.Network, observed backend.Observed
 func (o *statusOutcome) readinessInSync(*samplecrdv2.Network) bool { return true }
 
 func (o *statusOutcome) retain(func(types.UID) bool) {}
+
+// wanted: the one controller that builds builds every Network.
+func (o *statusOutcome) wanted(*samplecrdv2.Network) bool { return true }
 
 // finalize removes the backend network of a Network that is being deleted,
 // then its finalizer, so that the Network goes only after its network did.

@@ -44,6 +44,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if n, err = c.outcome.holdDeletion(ctx, n); err != nil {
 		return err
 	}
+	if !c.outcome.wanted(n) {
+		return c.unrealise(ctx, cached, n)
+	}
 
 	families, errs := c.resolver.ResolveFamilies(n.Spec)
 	if len(errs) > 0 {
@@ -137,6 +140,28 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, 
 	}
 	n.Status.CIDRs, n.Status.Gateways = nil, nil
 	return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, samplecrd.ReasonOverlap, msg, nil)
+}
+
+// reasonNotNeeded records that a node does not need a Network: it has no
+// backend network there, and nothing to report.
+const reasonNotNeeded = "NotNeeded"
+
+// unrealise makes sure n, which this node does not need (no pod here has
+// an interface on it), has no backend network here. The bridge of a
+// Network whose last pod left goes this way, once the demand's delay is
+// over.
+func (c *Controller) unrealise(ctx context.Context, cached, n *samplecrdv2.Network) error {
+	present := c.arbiter.Present(n.UID)
+	if err := c.backend.Delete(ctx, c.owner(n), backendRef(n.Status.Backend)); err != nil {
+		c.outcome.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Removing the backend network of a Network no pod here uses failed: %v", err)
+		return fmt.Errorf("removing the backend network of a Network no pod here uses: %w", err)
+	}
+	if present {
+		c.countDeleted()
+		klog.FromContext(ctx).Info("Removed the backend network: no pod on this node uses the Network")
+	}
+	c.enqueueEntries(c.arbiter.Release(n.UID))
+	return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, reasonNotNeeded, "no pod on this node uses it", nil)
 }
 
 // setAddresses puts the address usage in n's status, and whether every

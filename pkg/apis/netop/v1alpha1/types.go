@@ -37,6 +37,12 @@ type NetworkNodeStatus struct {
 	// +optional
 	AgentPod string `json:"agentPod,omitempty"`
 
+	// onDemand: the node realises a Network only while a pod there holds
+	// an interface on it (the agent's --networks-on-demand). A node that
+	// does not lags on every Network it has not reported ready.
+	// +optional
+	OnDemand bool `json:"onDemand,omitempty"`
+
 	// ready maps the UID of each Network that is ready on the node to
 	// the metadata.generation it is ready at. Keyed by UID, not name: a
 	// Network deleted and made again under its name is another one.

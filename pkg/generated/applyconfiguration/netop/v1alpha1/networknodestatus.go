@@ -31,6 +31,10 @@ type NetworkNodeStatusApplyConfiguration struct {
 	// when the agent does not run in a pod. While that pod is not ready,
 	// the node counts as lagging on every Network.
 	AgentPod *string `json:"agentPod,omitempty"`
+	// onDemand: the node realises a Network only while a pod there holds
+	// an interface on it (the agent's --networks-on-demand). A node that
+	// does not lags on every Network it has not reported ready.
+	OnDemand *bool `json:"onDemand,omitempty"`
 	// ready maps the UID of each Network that is ready on the node to
 	// the metadata.generation it is ready at. Keyed by UID, not name: a
 	// Network deleted and made again under its name is another one.
@@ -54,6 +58,14 @@ func NetworkNodeStatus() *NetworkNodeStatusApplyConfiguration {
 // If called multiple times, the AgentPod field is set to the value of the last call.
 func (b *NetworkNodeStatusApplyConfiguration) WithAgentPod(value string) *NetworkNodeStatusApplyConfiguration {
 	b.AgentPod = &value
+	return b
+}
+
+// WithOnDemand sets the OnDemand field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OnDemand field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithOnDemand(value bool) *NetworkNodeStatusApplyConfiguration {
+	b.OnDemand = &value
 	return b
 }
 

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
+	netopinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/netop/v1alpha1"
+)
+
+var _ linux.Peers = (*Peers)(nil)
+
+// Peers are the other nodes that realise each Network, at their Nodes'
+// InternalIPs: those whose agents report it ready in their NetworkNodes.
+// A Network's VXLAN device floods to them alone, so that a node's
+// flooding entries follow the Networks it realises, not the cluster.
+type Peers struct {
+	self string
+
+	mu sync.Mutex
+	// addrs are the nodes' underlay addresses, by node name.
+	addrs map[string]netip.Addr
+	// realised holds, by node name, the Networks it reports ready.
+	realised map[string]map[types.UID]int64
+	// byNetwork holds, by Network UID, the nodes that realise it.
+	byNetwork map[types.UID]map[string]bool
+	onChange  func(uids []types.UID)
+}
+
+// NewPeers follows the Nodes and NetworkNodes in the informers' caches
+// for the agent of node self. Call it before the informers start.
+func NewPeers(nodes coreinformers.NodeInformer, reports netopinformers.NetworkNodeInformer, self string) (*Peers, error) {
+	p := &Peers{self: self, addrs: map[string]netip.Addr{}, realised: map[string]map[types.UID]int64{},
+		byNetwork: map[types.UID]map[string]bool{}}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.setNode(obj) },
+		UpdateFunc: func(_, obj any) { p.setNode(obj) },
+		DeleteFunc: func(obj any) { p.removeNode(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("following the Nodes: %w", err)
+	}
+	if _, err := reports.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.setReport(obj) },
+		UpdateFunc: func(_, obj any) { p.setReport(obj) },
+		DeleteFunc: func(obj any) { p.removeReport(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("following the NetworkNodes: %w", err)
+	}
+	return p, nil
+}
+
+// OnChange registers f, told of the Networks whose peers changed. Call it
+// before the informers start.
+func (p *Peers) OnChange(f func(uids []types.UID)) { p.onChange = f }
+
+// Of returns the underlay addresses of the other nodes that realise the
+// Network of uid and have one.
+func (p *Peers) Of(uid types.UID) []netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []netip.Addr
+	for node := range p.byNetwork[uid] {
+		if a, ok := p.addrs[node]; ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (p *Peers) setNode(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Name == p.self {
+		return
+	}
+	addr, err := netip.ParseAddr(nodeInternalIP(node))
+	p.mu.Lock()
+	old, had := p.addrs[node.Name]
+	switch {
+	case err != nil:
+		delete(p.addrs, node.Name)
+	default:
+		p.addrs[node.Name] = addr
+	}
+	now, has := p.addrs[node.Name]
+	var changed []types.UID
+	if had != has || old != now {
+		changed = keys(p.realised[node.Name])
+	}
+	p.mu.Unlock()
+	p.tell(changed)
+}
+
+func (p *Peers) removeNode(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Name == p.self {
+		return
+	}
+	p.mu.Lock()
+	_, had := p.addrs[node.Name]
+	delete(p.addrs, node.Name)
+	var changed []types.UID
+	if had {
+		changed = keys(p.realised[node.Name])
+	}
+	p.mu.Unlock()
+	p.tell(changed)
+}
+
+func (p *Peers) setReport(obj any) {
+	nn, ok := obj.(*netopv1alpha1.NetworkNode)
+	if !ok || nn.Name == p.self {
+		return
+	}
+	p.tell(p.realise(nn.Name, nn.Status.Ready))
+}
+
+func (p *Peers) removeReport(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if nn, ok := obj.(*netopv1alpha1.NetworkNode); ok && nn.Name != p.self {
+		p.tell(p.realise(nn.Name, nil))
+	}
+}
+
+// realise records that node realises the Networks in ready, and returns
+// those that joined or left it.
+func (p *Peers) realise(node string, ready map[types.UID]int64) []types.UID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.realised[node]
+	var changed []types.UID
+	for uid := range ready {
+		if _, ok := old[uid]; ok {
+			continue
+		}
+		changed = append(changed, uid)
+		if p.byNetwork[uid] == nil {
+			p.byNetwork[uid] = map[string]bool{}
+		}
+		p.byNetwork[uid][node] = true
+	}
+	for uid := range old {
+		if _, ok := ready[uid]; ok {
+			continue
+		}
+		changed = append(changed, uid)
+		delete(p.byNetwork[uid], node)
+		if len(p.byNetwork[uid]) == 0 {
+			delete(p.byNetwork, uid)
+		}
+	}
+	if len(ready) == 0 {
+		delete(p.realised, node)
+	} else {
+		p.realised[node] = ready
+	}
+	return changed
+}
+
+func (p *Peers) tell(uids []types.UID) {
+	if len(uids) > 0 && p.onChange != nil {
+		p.onChange(uids)
+	}
+}
+
+func keys(m map[types.UID]int64) []types.UID {
+	out := make([]types.UID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
