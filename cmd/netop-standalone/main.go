@@ -106,6 +106,8 @@ func newCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&nodeOpts.operator, "operator", true, "Run netop's operator in this process. Off, the cluster is bare, to install netop as on any cluster: netop manifests --image REF | kubectl apply -f -.")
 	logOpts.AddFlags(cmd.Flags())
 	opts.AddFlags(cmd.Flags(), operator.RoleAll)
+	// The agents of --nodes above 1.
+	opts.Agent.AddDemandFlags(cmd.Flags())
 	return cmd
 }
 

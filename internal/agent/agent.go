@@ -77,8 +77,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
 	fs.StringVar(&o.CNIServiceAccount, "cni-service-account", o.CNIServiceAccount, "Service account in --operator-namespace whose tokens the CNI plugin reads pods with (--install-cni).")
 	fs.DurationVar(&o.CNITokenLifetime, "cni-token-lifetime", o.CNITokenLifetime, "How long each of the CNI plugin's tokens is valid (--install-cni); renewed at 80% of it.")
-	fs.BoolVar(&o.OnDemand, "networks-on-demand", o.OnDemand, "Build a Network on this node only while a pod here has an interface on it, instead of every Network on every node.")
-	fs.DurationVar(&o.ReleaseDelay, "network-release-delay", o.ReleaseDelay, "With --networks-on-demand, how long the node keeps a Network's bridge after the last pod here on it left.")
+	o.AddDemandFlags(fs)
+}
+
+// AddDemandFlags registers the flags of which Networks the node builds;
+// the standalone registers them for its nodes' agents.
+func (o *Options) AddDemandFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.OnDemand, "networks-on-demand", o.OnDemand, "Build a Network on a node only while a pod there has an interface on it, instead of every Network on every node.")
+	fs.DurationVar(&o.ReleaseDelay, "network-release-delay", o.ReleaseDelay, "With --networks-on-demand, how long a node keeps a Network's bridge after the last pod there on it left.")
 }
 
 // Validate checks the options; cniKubeconfig is where the plugin's

@@ -1,12 +1,15 @@
 package cni
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -200,5 +203,56 @@ func TestAddRoutes(t *testing.T) {
 	}
 	if err := a.Check(at); err == nil || !strings.Contains(err.Error(), "no route to 10.200.0.0/16 via 10.0.0.1") {
 		t.Errorf("CHECK without the route: %v", err)
+	}
+}
+
+// Issue 37: a pod's Network may be realised on its node only once the pod
+// is there. WaitBridge returns once the bridge is up, not before (a bridge
+// made down, as the backend makes them, is not yet whole), told by the
+// kernel's notifications; it gives up, naming the bridge, when its context
+// is done; and returns at once for a bridge already up. The attacher's
+// namespace outlives the handle it was made from.
+func TestWaitBridge(t *testing.T) {
+	nettest.RequireRoot(t)
+	_, node, nodeNS := namespace(t, "netop-cn-")
+	a, err := NewAttacher(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := a.WaitBridge(short, "br-late"); err == nil || !strings.Contains(err.Error(), "br-late") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting for a bridge that never comes: %v", err)
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- a.WaitBridge(t.Context(), "br-late") }()
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-late"}}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := node.LinkByName("br-late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("returned for a bridge that is down: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := node.LinkSetUp(link); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not told that the bridge came up")
+	}
+	if err := a.WaitBridge(short, "br-late"); err != nil {
+		t.Errorf("a bridge already up: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -131,12 +133,13 @@ func TestShapingAcrossNodes(t *testing.T) {
 	})
 	dataDir := t.TempDir()
 	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
-		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0")
+		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--networks-on-demand", "--network-release-delay", onDemandRelease.String())
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	ctx := t.Context()
-	if _, err := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default").Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.184.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+	spans, err := versioned.NewForConfigOrDie(cfg).SamplecrdV2().Networks("default").Create(ctx, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: "spans"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.184.0.0/24"}}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	pods := map[string]*probedPod{}
@@ -155,6 +158,19 @@ func TestShapingAcrossNodes(t *testing.T) {
 		deletePods(t, kube, "default")
 		sa.stop(t)
 	}()
+
+	// Issue 37: on demand, the Network's devices are on nodes 1 and 2,
+	// where its pods are, and not on node 3; each VXLAN device floods to
+	// the one other node that realises it.
+	checkRealised(t, netnss[1:], spans.UID, true, true, false)
+	node2, err := kube.CoreV1().Nodes().Get(ctx, prefix+"-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		got := floodsTo(t, netnss[1], linux.VXLANName(spans.UID))
+		return slices.Equal(got, []string{node2.Status.Addresses[0].Address}), fmt.Sprintf("node 1 floods to %v, want node 2 alone (%v)", got, node2.Status.Addresses)
+	})
 
 	from, to := pods["on-1"], pods["on-2"]
 	var mtu int
@@ -193,6 +209,89 @@ func TestShapingAcrossNodes(t *testing.T) {
 		records = append(records, node.CNIDataDir(filepath.Join(dataDir, "nodes", n)))
 	}
 	checkNothingAttached(t, cfg, records, netnss[1:])
+	// The pods gone, every node removes the Networks' devices after the
+	// release delay.
+	testenv.Eventually(t, onDemandRelease+30*time.Second, func(context.Context) (bool, string) {
+		var left []string
+		for _, ns := range netnss[1:] {
+			left = append(left, netopDevices(t, ns)...)
+		}
+		return len(left) == 0, fmt.Sprintf("devices left with no pod: %v", left)
+	})
+}
+
+// onDemandRelease is the standalone's --network-release-delay in the
+// tests of Networks realised on demand.
+const onDemandRelease = 5 * time.Second
+
+// checkRealised waits until each node namespace has the bridge and the
+// VXLAN device of the Network of uid or not, as want says, and checks that
+// none has more VXLAN devices than bridges.
+func checkRealised(t *testing.T, netnss []string, uid types.UID, want ...bool) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		var got []bool
+		for _, ns := range netnss {
+			bridge := exec.Command("ip", "-n", ns, "link", "show", linux.BridgeName(uid)).Run() == nil
+			vxlan := exec.Command("ip", "-n", ns, "link", "show", linux.VXLANName(uid)).Run() == nil
+			got = append(got, bridge && vxlan)
+		}
+		return slices.Equal(got, want), fmt.Sprintf("nodes %v realise the Network: %v, want %v", netnss, got, want)
+	})
+	for _, ns := range netnss {
+		bridges, vxlans := 0, 0
+		for _, d := range netopDevices(t, ns) {
+			if strings.HasPrefix(d, "netvx") {
+				vxlans++
+			} else {
+				bridges++
+			}
+		}
+		if vxlans > bridges {
+			t.Errorf("node %s has %d VXLAN devices for %d Networks", ns, vxlans, bridges)
+		}
+	}
+}
+
+// netopDevices lists netop's bridges and VXLAN devices in namespace ns.
+func netopDevices(t *testing.T, ns string) []string {
+	t.Helper()
+	var out []string
+	for _, kind := range []string{"bridge", "vxlan"} {
+		list, err := exec.Command("ip", "-n", ns, "-o", "link", "show", "type", kind).Output()
+		if err != nil {
+			t.Fatalf("ip -n %s link show type %s: %v", ns, kind, err)
+		}
+		for line := range strings.SplitSeq(string(list), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if name != node.PodBridge && (strings.HasPrefix(name, "netop") || strings.HasPrefix(name, "netvx")) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// floodsTo lists the underlay addresses the VXLAN device vx in namespace
+// ns floods to.
+func floodsTo(t *testing.T, ns, vx string) []string {
+	t.Helper()
+	out, err := exec.Command("bridge", "-n", ns, "fdb", "show", "dev", vx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge -n %s fdb show dev %s: %v\n%s", ns, vx, err, out)
+	}
+	var peers []string
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "00:00:00:00:00:00" && f[1] == "dst" {
+			peers = append(peers, f[2])
+		}
+	}
+	slices.Sort(peers)
+	return peers
 }
 
 // checkEgressToHost checks a Network's egress from a pod on node: the
