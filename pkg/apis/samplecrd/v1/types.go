@@ -15,7 +15,7 @@ import (
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`,description="The address range of the network."
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,description="The gateway address."
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
-// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes running netop's agent (R/T)."
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes that realise it (R/T), and of the nodes running netop's agent when fewer realise it (of N)."
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.addresses.allocated`,description="Addresses held by pods."
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.addresses.available`,priority=1,description="Addresses left for pods."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
@@ -151,7 +151,9 @@ type NetworkAddresses struct {
 	Reserved string `json:"reserved,omitempty"`
 }
 
-// NetworkNodes counts the nodes where a Network is ready.
+// NetworkNodes counts the nodes where a Network is ready, of the nodes
+// that realise it: every node running netop's agent, or, where agents
+// build Networks on demand, those whose pods use it.
 type NetworkNodes struct {
 	// ready is the number of nodes whose agent has the network ready at
 	// the Network's current generation.

@@ -13,7 +13,7 @@ import (
 // +kubebuilder:printcolumn:name="CIDRs",type=string,JSONPath=`.spec.cidrs`,description="The address ranges of the network, one per family."
 // +kubebuilder:printcolumn:name="Gateways",type=string,JSONPath=`.spec.gateways`,description="The gateway addresses, in the order of the cidrs."
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the backend network matches the spec."
-// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes running netop's agent (R/T)."
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodes.summary`,description="Nodes where the network is ready, of the nodes that realise it (R/T), and of the nodes running netop's agent when fewer realise it (of N)."
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.addresses.allocated`,description="Addresses held by pods."
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.addresses.available`,priority=1,description="Addresses left for pods."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
@@ -229,7 +229,9 @@ type NetworkAddresses struct {
 	Reserved string `json:"reserved,omitempty"`
 }
 
-// NetworkNodes counts the nodes where a Network is ready.
+// NetworkNodes counts the nodes where a Network is ready, of the nodes
+// that realise it: every node running netop's agent, or, where agents
+// build Networks on demand, those whose pods use it.
 type NetworkNodes struct {
 	// +required
 	Ready int32 `json:"ready"`

@@ -21,7 +21,9 @@ package v2
 // NetworkNodesApplyConfiguration represents a declarative configuration of the NetworkNodes type for use
 // with apply.
 //
-// NetworkNodes counts the nodes where a Network is ready.
+// NetworkNodes counts the nodes where a Network is ready, of the nodes
+// that realise it: every node running netop's agent, or, where agents
+// build Networks on demand, those whose pods use it.
 type NetworkNodesApplyConfiguration struct {
 	Ready   *int32  `json:"ready,omitempty"`
 	Total   *int32  `json:"total,omitempty"`
