@@ -187,24 +187,6 @@ func ping(from, to string) error {
 	return nil
 }
 
-// flooding lists the peers the VXLAN device vx in n floods to.
-func flooding(t *testing.T, n *node, vx string) []string {
-	t.Helper()
-	var peers []string
-	out, err := exec.Command("bridge", "-n", n.netns, "fdb", "show", "dev", vx).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bridge fdb show dev %s: %v\n%s", vx, err, out)
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 2 && f[0] == "00:00:00:00:00:00" && f[1] == "dst" {
-			peers = append(peers, f[2])
-		}
-	}
-	slices.Sort(peers)
-	return peers
-}
-
 // Issue 16: `netop controller` and a `netop agent` per node, each as its
 // service account of the manifests. A Network is Ready once every node's
 // agent has its bridge (3/3); a node whose agent is down lags, by name, and
@@ -276,7 +258,7 @@ func TestControllerAndAgents(t *testing.T) {
 		// reports come with the Ready condition.
 		want := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })
 		testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-			got := flooding(t, n, vx)
+			got := nettest.FloodsTo(t, n.netns, vx)
 			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
 		})
 		if link := ip(t, "-n", n.netns, "-d", "-o", "link", "show", vx); !strings.Contains(link, fmt.Sprintf("vxlan id %d ", got.Status.VNI)) ||
@@ -339,7 +321,7 @@ func TestControllerAndAgents(t *testing.T) {
 	}
 	// The others no longer flood to it, and still reach each other.
 	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-		got := flooding(t, nodes[0], vx)
+		got := nettest.FloodsTo(t, nodes[0].netns, vx)
 		return slices.Equal(got, []string{addrs[2]}), fmt.Sprintf("%s floods to %v after %s went", nodes[0].name, got, removed.name)
 	})
 	if err := ping(podA, "10.140.0.30"); err != nil {
@@ -462,7 +444,7 @@ func TestAgentsOnDemand(t *testing.T) {
 	waitFlooding := func(n *node, want ...string) {
 		t.Helper()
 		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-			got := flooding(t, n, vx)
+			got := nettest.FloodsTo(t, n.netns, vx)
 			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
 		})
 	}

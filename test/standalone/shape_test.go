@@ -168,7 +168,7 @@ func TestShapingAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-		got := floodsTo(t, netnss[1], linux.VXLANName(spans.UID))
+		got := nettest.FloodsTo(t, netnss[1], linux.VXLANName(spans.UID))
 		return slices.Equal(got, []string{node2.Status.Addresses[0].Address}), fmt.Sprintf("node 1 floods to %v, want node 2 alone (%v)", got, node2.Status.Addresses)
 	})
 
@@ -274,24 +274,6 @@ func netopDevices(t *testing.T, ns string) []string {
 		}
 	}
 	return out
-}
-
-// floodsTo lists the underlay addresses the VXLAN device vx in namespace
-// ns floods to.
-func floodsTo(t *testing.T, ns, vx string) []string {
-	t.Helper()
-	out, err := exec.Command("bridge", "-n", ns, "fdb", "show", "dev", vx).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bridge -n %s fdb show dev %s: %v\n%s", ns, vx, err, out)
-	}
-	var peers []string
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[0] == "00:00:00:00:00:00" && f[1] == "dst" {
-			peers = append(peers, f[2])
-		}
-	}
-	slices.Sort(peers)
-	return peers
 }
 
 // checkEgressToHost checks a Network's egress from a pod on node: the

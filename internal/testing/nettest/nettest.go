@@ -11,7 +11,9 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,4 +108,22 @@ func EchoDatagrams(conn net.PacketConn) {
 		}
 		_, _ = conn.WriteTo(buf[:n], from)
 	}
+}
+
+// FloodsTo lists, sorted, the underlay addresses the VXLAN device vx in the
+// named network namespace floods to: its all-zero forwarding entries.
+func FloodsTo(t testing.TB, namespace, vx string) []string {
+	t.Helper()
+	out, err := exec.Command("bridge", "-n", namespace, "fdb", "show", "dev", vx).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge -n %s fdb show dev %s: %v\n%s", namespace, vx, err, out)
+	}
+	var peers []string
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "00:00:00:00:00:00" && f[1] == "dst" {
+			peers = append(peers, f[2])
+		}
+	}
+	slices.Sort(peers)
+	return peers
 }
