@@ -46,7 +46,7 @@ type Options struct {
 	CNIServiceAccount string
 	CNITokenLifetime  time.Duration
 	// OnDemand builds on the node only the Networks its pods use, each
-	// kept ReleaseDelay after its last pod here left; else every Network.
+	// kept ReleaseDelay after its last pod here left; off, every Network.
 	OnDemand     bool
 	ReleaseDelay time.Duration
 }
@@ -66,6 +66,7 @@ func NewOptions() Options {
 		CNIBinDir:         config.DefaultCNIBinDir,
 		CNIServiceAccount: "netop-cni",
 		CNITokenLifetime:  24 * time.Hour,
+		OnDemand:          true,
 		ReleaseDelay:      DefaultReleaseDelay,
 	}
 }
@@ -83,7 +84,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // AddDemandFlags registers the flags of which Networks the node builds;
 // the standalone registers them for its nodes' agents.
 func (o *Options) AddDemandFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.OnDemand, "networks-on-demand", o.OnDemand, "Build a Network on a node only while a pod there has an interface on it, instead of every Network on every node.")
+	fs.BoolVar(&o.OnDemand, "networks-on-demand", o.OnDemand, "Build a Network on a node only while a pod there has an interface on it; false builds every Network on every node.")
 	fs.DurationVar(&o.ReleaseDelay, "network-release-delay", o.ReleaseDelay, "With --networks-on-demand, how long a node keeps a Network's bridge after the last pod there on it left.")
 }
 

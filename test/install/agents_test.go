@@ -188,7 +188,8 @@ func ping(from, to string) error {
 }
 
 // Issue 16: `netop controller` and a `netop agent` per node, each as its
-// service account of the manifests. A Network is Ready once every node's
+// service account of the manifests, agents building every Network
+// (--networks-on-demand=false). A Network is Ready once every node's
 // agent has its bridge (3/3); a node whose agent is down lags, by name, and
 // converges when the agent is back, at the cost of one report write; a
 // Node removed takes its report with it and its agent removes its bridges,
@@ -201,7 +202,7 @@ func TestControllerAndAgents(t *testing.T) {
 	nets := env.Netop.SamplecrdV1().Networks(ns)
 	ctx := t.Context()
 
-	nodes, addrs, startAgent := startCluster(t, env, ns, nil)
+	nodes, addrs, startAgent := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.OnDemand = false })
 
 	create := func(name, cidr string) *samplecrdv1.Network {
 		n, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
@@ -390,7 +391,7 @@ func startCluster(t *testing.T, env *testenv.Env, ns string, agentOptions func(*
 	return nodes, addrs, startAgent
 }
 
-// Issue 37: with --networks-on-demand, a node realises a Network only while
+// Issue 37: with --networks-on-demand (the default), a node realises a Network only while
 // a pod there holds an interface on it. A Network no pod uses is Ready and
 // on no node ("0/0 (of 3)"); pods placed on two nodes (allocated by the
 // controller, no kubelet needed) bring its bridge and VXLAN device there
@@ -406,9 +407,7 @@ func TestAgentsOnDemand(t *testing.T) {
 	nets := env.Netop.SamplecrdV1().Networks(ns)
 	ctx := t.Context()
 	const releaseDelay = 3 * time.Second
-	nodes, addrs, _ := startCluster(t, env, ns, func(o *operator.Options) {
-		o.Agent.OnDemand, o.Agent.ReleaseDelay = true, releaseDelay
-	})
+	nodes, addrs, _ := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.ReleaseDelay = releaseDelay })
 
 	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "used"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.142.0.0/24"}}, metav1.CreateOptions{})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -28,6 +29,7 @@ import (
 	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -52,12 +54,12 @@ func buildImage(t *testing.T, dir, ref string) (archive, binary string) {
 // Issue 16, as a user installs netop on a cluster: a three-node
 // standalone without its own operator, netop's image built here and
 // served to the nodes, `netop manifests --image` applied. The controller's
-// two replicas and an agent per node run; a Network is ready on 3/3 nodes
-// with a bridge in every node's namespace; pods on two nodes reach each
-// other over the overlay, within the MultiNetworkPolicies the agents
-// enforce. The leading controller killed, the other leads
-// within the lease; an agent killed, its node lags and converges; a node
-// removed, its bridges go and nobody else's.
+// two replicas and an agent per node run; a Network is Ready on no node
+// until pods use it (issue 37), then on the two nodes of its pods, which
+// reach each other over the overlay, within the MultiNetworkPolicies the
+// agents enforce. The leading controller killed, the other leads within
+// the lease; an agent killed, its node lags and converges; a node removed,
+// its bridges go and nobody else's.
 func TestNodesWithManifests(t *testing.T) {
 	nettest.RequireRoot(t)
 	if err := node.Check(); err != nil {
@@ -130,14 +132,15 @@ func TestNodesWithManifests(t *testing.T) {
 				fmt.Sprintf("nodes %s, Ready=%s %s: %s; want %s, Ready=%s naming %q", n.Status.Nodes.Summary, c.Status, c.Reason, c.Message, summary, ready, lagging)
 		})
 	}
-	waitNodes("3/3", metav1.ConditionTrue, "")
+	// On demand (the agents' default): Ready, on no node until pods use it.
+	waitNodes("0/0 (of 3)", metav1.ConditionTrue, "")
 	bridge := linux.BridgeName(network.UID)
 	hasBridge := func(netns string) bool {
 		return exec.Command("ip", "-n", netns, "link", "show", bridge).Run() == nil
 	}
 	for _, ns := range netnss {
-		if !hasBridge(ns) {
-			t.Errorf("node namespace %s has no bridge %s", ns, bridge)
+		if hasBridge(ns) {
+			t.Errorf("node namespace %s has bridge %s, which no pod there uses", ns, bridge)
 		}
 	}
 
@@ -169,6 +172,8 @@ func TestNodesWithManifests(t *testing.T) {
 		addrs[p.Name] = strings.TrimSuffix(fields[3], "/24")
 	}
 	execIn(t, cfg, kube, "on-1", "ping", "-c", "1", "-W", "3", addrs["on-3"])
+	waitNodes("2/2 (of 3)", metav1.ConditionTrue, "")
+	checkRealised(t, netnss, network.UID, true, false, true)
 
 	// Networks stay boundaries across nodes, and an agent's own token
 	// writes only its node's report (issue 33).
@@ -179,7 +184,7 @@ func TestNodesWithManifests(t *testing.T) {
 	// The leading controller killed: the other replica leads within the
 	// lease (15 s). Nothing is lost or doubled: the converged Network is
 	// neither written nor rebuilt by the new leader, and a Network made
-	// while nobody leads is built once on each node.
+	// while nobody leads is Ready, and on no node: no pod uses it.
 	lease, err := kube.CoordinationV1().Leases("netop-system").Get(ctx, "netop", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("lease: %+v %v", lease, err)
@@ -193,7 +198,7 @@ func TestNodesWithManifests(t *testing.T) {
 		return err == nil && settled.Status.Addresses != nil && settled.Status.Addresses.Allocated == 2, fmt.Sprintf("%+v %v", settled.Status.Addresses, err)
 	})
 	bridgesBefore := map[string]string{}
-	for _, ns := range netnss {
+	for _, ns := range []string{netnss[0], netnss[2]} {
 		bridgesBefore[ns] = bridgeIndex(t, ns, bridge)
 	}
 	if err := kube.CoreV1().Pods("netop-system").Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
@@ -226,47 +231,48 @@ func TestNodesWithManifests(t *testing.T) {
 	})
 	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
 		n, err := nets.Get(ctx, during.Name, metav1.GetOptions{})
-		return err == nil && n.Status.Nodes != nil && n.Status.Nodes.Summary == "3/3", fmt.Sprintf("made during the failover: %+v %v", n.Status.Nodes, err)
+		return err == nil && n.Status.Nodes != nil && n.Status.Nodes.Summary == "0/0 (of 3)" && meta.IsStatusConditionTrue(n.Status.Conditions, samplecrd.ConditionReady),
+			fmt.Sprintf("made during the failover: %+v %v", n.Status, err)
 	})
 	for _, ns := range netnss {
 		out, _ := exec.Command("ip", "-n", ns, "-br", "link", "show", "type", "bridge").Output()
-		if got := strings.Count(string(out), linux.BridgeName(during.UID)); got != 1 {
-			t.Errorf("node namespace %s has %d bridges of the Network made during the failover", ns, got)
+		if got := strings.Count(string(out), linux.BridgeName(during.UID)); got != 0 {
+			t.Errorf("node namespace %s has %d bridges of the Network made during the failover, which no pod uses", ns, got)
 		}
-		if got := bridgeIndex(t, ns, bridge); got != bridgesBefore[ns] {
-			t.Errorf("node namespace %s: the converged Network's bridge was rebuilt across the failover (%s, then %s)", ns, bridgesBefore[ns], got)
+	}
+	for ns, before := range bridgesBefore {
+		if got := bridgeIndex(t, ns, bridge); got != before {
+			t.Errorf("node namespace %s: the converged Network's bridge was rebuilt across the failover (%s, then %s)", ns, before, got)
 		}
 	}
 	if now, err := nets.Get(ctx, network.Name, metav1.GetOptions{}); err != nil || now.ResourceVersion != settled.ResourceVersion {
 		t.Errorf("the new leader wrote the converged Network: %+v, was %+v (%v); writers now %s, before %s", now.Status, settled.Status, err, writers(now), writers(settled))
 	}
 
-	// An agent killed: its node lags, by name, until the DaemonSet's new
-	// pod has built and reported.
+	// An agent killed: its node, which realises the Network, lags, by
+	// name, until the DaemonSet's new pod has built and reported.
 	agents, err := kube.CoreV1().Pods("netop-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent",
-		FieldSelector: "spec.nodeName=" + nodeNames[1]})
+		FieldSelector: "spec.nodeName=" + nodeNames[0]})
 	if err != nil || len(agents.Items) != 1 {
-		t.Fatalf("agent of %s: %v %v", nodeNames[1], agents, err)
+		t.Fatalf("agent of %s: %v %v", nodeNames[0], agents, err)
 	}
 	if err := kube.CoreV1().Pods("netop-system").Delete(ctx, agents.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitNodes("2/3", metav1.ConditionFalse, nodeNames[1]+": its agent's pod")
-	waitNodes("3/3", metav1.ConditionTrue, "")
+	waitNodes("1/2 (of 3)", metav1.ConditionFalse, nodeNames[0]+": its agent's pod")
+	waitNodes("2/2 (of 3)", metav1.ConditionTrue, "")
 
 	// A node removed: its report goes, its agent removes its bridges, the
 	// others keep theirs and reach each other.
 	if err := kube.CoreV1().Nodes().Delete(ctx, nodeNames[2], metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitNodes("2/2", metav1.ConditionTrue, "")
+	waitNodes("1/1 (of 2)", metav1.ConditionTrue, "")
 	testenv.Eventually(t, 60*time.Second, func(context.Context) (bool, string) {
 		return !hasBridge(netnss[2]), "the removed node still has the bridge"
 	})
-	for _, ns := range netnss[:2] {
-		if !hasBridge(ns) {
-			t.Errorf("node namespace %s lost its bridge when another node was removed", ns)
-		}
+	if !hasBridge(netnss[0]) {
+		t.Errorf("node namespace %s lost its bridge when another node was removed", netnss[0])
 	}
 	// The removed node's agent, its work done, stays up without
 	// restarting until the pod garbage collector deletes its pod. (Its

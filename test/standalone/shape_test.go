@@ -133,7 +133,7 @@ func TestShapingAcrossNodes(t *testing.T) {
 	})
 	dataDir := t.TempDir()
 	sa := startStandaloneWith(t, "--data-dir", dataDir, "--netns", prefix, "--node-name", prefix, "--nodes", "3", "--node=true",
-		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--networks-on-demand", "--network-release-delay", onDemandRelease.String())
+		"--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--network-release-delay", onDemandRelease.String())
 	cfg := restConfig(t, sa.kubeconfig)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	ctx := t.Context()

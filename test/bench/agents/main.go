@@ -8,7 +8,15 @@
 // memory of the controller and the agents. It prints a table and a JSON
 // line.
 //
-//	go run ./test/bench/agents [--agents 50] [--networks 1000]
+// By default the agents build every Network on every node
+// (--networks-on-demand=false). With --per-node K they build Networks on
+// demand, and each node gets a pod (no kubelet: its allocations are what
+// counts) on K of the Networks, two nodes per Network: the bench reports
+// the time until every placement is usable (bridge up, VXLAN device
+// flooding to the other node) and each node's links, VXLAN devices and
+// flooding entries.
+//
+//	go run ./test/bench/agents [--agents 50] [--networks 1000] [--per-node 20]
 package main
 
 import (
@@ -34,6 +42,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -70,6 +79,14 @@ type result struct {
 	AgentCPUS        stat    `json:"agentCPUS"`
 	AgentRSSMiB      stat    `json:"agentRSSMiB"`
 	ControllerWrites float64 `json:"controllerWrites"`
+	// With --per-node: K, the time from creating the pods to every
+	// placement usable, and per node its links, VXLAN devices and
+	// flooding entries once usable.
+	PerNode      int     `json:"perNode,omitempty"`
+	PlacedS      float64 `json:"placedS,omitempty"`
+	Links        stat    `json:"links"`
+	VXLANDevices stat    `json:"vxlanDevices"`
+	FloodEntries stat    `json:"floodEntries"`
 }
 
 type stat struct {
@@ -89,8 +106,9 @@ func statOf(values []float64) stat {
 func main() {
 	agents := flag.Int("agents", 50, "node agents, each a process with a network namespace of its own")
 	networks := flag.Int("networks", 1000, "Networks")
+	perNode := flag.Int("per-node", 0, "Networks on demand, each node with a pod on this many of them (two nodes per Network); 0: every Network on every node")
 	flag.Parse()
-	if err := run(*agents, *networks); err != nil {
+	if err := run(*agents, *networks, *perNode); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -181,7 +199,10 @@ func freePort() string {
 	return l.Addr().String()
 }
 
-func run(agentCount, networkCount int) error {
+func run(agentCount, networkCount, perNode int) error {
+	if perNode > 0 && perNode*((agentCount+1)/2) > networkCount {
+		return fmt.Errorf("--per-node %d: %d agents in pairs need %d Networks, not %d", perNode, agentCount, perNode*((agentCount+1)/2), networkCount)
+	}
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "netop-bench-agents-")
 	if err != nil {
@@ -250,7 +271,7 @@ func run(agentCount, networkCount int) error {
 	startAgent := func(i int) (*proc, error) {
 		addr := freePort()
 		return start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
-			"--metrics-addr", addr, "--profiling"}, addr, filepath.Join(dir, names[i]+".log"))
+			"--metrics-addr", addr, "--profiling", fmt.Sprintf("--networks-on-demand=%t", perNode > 0)}, addr, filepath.Join(dir, names[i]+".log"))
 	}
 	agents := make([]*proc, agentCount)
 	for i := range agents {
@@ -278,7 +299,7 @@ func run(agentCount, networkCount int) error {
 	}
 	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, controller.metrics, agents[0].metrics, networkCount)
 
-	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount}
+	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount, PerNode: perNode}
 	began := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, networkCount)
@@ -311,7 +332,12 @@ func run(agentCount, networkCount int) error {
 	for err := range errs {
 		return fmt.Errorf("creating Networks: %w", err)
 	}
+	// On demand, a Network is Ready on the nodes that realise it: none
+	// before the pods come.
 	want := fmt.Sprintf("%d/%d", agentCount, agentCount)
+	if perNode > 0 {
+		want = "any"
+	}
 	allReady := func() (bool, string) {
 		list, err := nets.List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -319,7 +345,7 @@ func run(agentCount, networkCount int) error {
 		}
 		ready := 0
 		for _, n := range list.Items {
-			if n.Status.Nodes != nil && n.Status.Nodes.Summary == want && len(n.Status.Conditions) > 0 && n.Status.Conditions[0].Status == metav1.ConditionTrue {
+			if n.Status.Nodes != nil && (perNode > 0 || n.Status.Nodes.Summary == want) && len(n.Status.Conditions) > 0 && n.Status.Conditions[0].Status == metav1.ConditionTrue {
 				ready++
 			}
 		}
@@ -337,6 +363,19 @@ func run(agentCount, networkCount int) error {
 		return fmt.Errorf("not all Ready: %s", last)
 	}
 	res.AllReadyS = time.Since(began).Seconds()
+	if perNode > 0 {
+		list, err := nets.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		byName := map[string]types.UID{}
+		for _, n := range list.Items {
+			byName[n.Name] = n.UID
+		}
+		if err := place(ctx, kube, names, netnss, underlay, perNode, byName, &res); err != nil {
+			return err
+		}
+	}
 	// The agents' last report may still be on its way: converged is when
 	// no agent writes for a few seconds.
 	quiet := func() ([]float64, []float64) {
@@ -407,6 +446,12 @@ func run(agentCount, networkCount int) error {
 	fmt.Printf("%-44s %10.1f\n", "controller API writes", res.ControllerWrites)
 	fmt.Printf("%-44s %10.1f\n", "controller CPU (s)", res.ControllerCPUS)
 	fmt.Printf("%-44s %10.1f\n", "controller RSS (MiB)", res.ControllerRSSMiB)
+	if perNode > 0 {
+		fmt.Printf("%-44s %10.1f\n", fmt.Sprintf("%d Networks per node usable (s)", perNode), res.PlacedS)
+		row("links per node", res.Links)
+		row("VXLAN devices per node", res.VXLANDevices)
+		row("flooding entries per node", res.FloodEntries)
+	}
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	return nil
