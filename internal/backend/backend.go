@@ -250,6 +250,12 @@ type Backend interface {
 	// provides now, in one pass: the resync diffs it against the Networks
 	// in memory instead of asking the backend once per Network.
 	ListOwned(ctx context.Context) ([]Observed, error)
+
+	// InUse reports whether something on this node is attached to the
+	// backend network of owner (a pod's port on its bridge): a node that
+	// no longer seems to need a Network keeps it while it is. Backends
+	// whose networks nothing on the node attaches to say false.
+	InUse(ctx context.Context, owner Owner) (bool, error)
 }
 
 // DriftWatcher is implemented by backends that can see changes made behind

@@ -52,6 +52,11 @@ func (i instrumented) Delete(ctx context.Context, owner Owner, recorded *Ref) er
 	return err
 }
 
+// InUse is not observed: it is no operation on the backend network.
+func (i instrumented) InUse(ctx context.Context, owner Owner) (bool, error) {
+	return i.b.InUse(ctx, owner)
+}
+
 func (i instrumented) ListOwned(ctx context.Context) ([]Observed, error) {
 	start := time.Now()
 	owners, err := i.b.ListOwned(ctx)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -483,7 +484,12 @@ func TestAgentsOnDemand(t *testing.T) {
 		return err == nil, fmt.Sprintf("pod on %s, realised on demand, to pod on %s: %v", nodes[1].name, nodes[0].name, err)
 	})
 
+	// The pod goes, and its sandbox with its interface (as a CNI DEL
+	// does): a bridge with a pod's port on it is never removed.
 	if err := env.Kube.CoreV1().Pods(ns).Delete(ctx, "on-b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nettest.DeleteNetns(podB); err != nil {
 		t.Fatal(err)
 	}
 	gone := time.Now()
@@ -497,4 +503,99 @@ func TestAgentsOnDemand(t *testing.T) {
 	if err := ping(podA, "10.142.0.30"); err != nil {
 		t.Error(err)
 	}
+}
+
+// Issue 37's upgrade: agents that built every Network are replaced, one
+// node at a time, by agents on demand. The Network pods use keeps its
+// bridges on their nodes (not made again: the same links) and its pods
+// keep reaching each other across the overlay; the Network no pod uses is
+// removed from every node. The ping's loss during the upgrade is logged.
+func TestAgentsUpgradeToOnDemand(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	applyManifests(t, env)
+	ns := env.Namespace(t)
+	nets := env.Netop.SamplecrdV1().Networks(ns)
+	ctx := t.Context()
+	onDemand := false
+	nodes, addrs, startAgent := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.OnDemand = onDemand })
+
+	create := func(name, cidr string) *samplecrdv1.Network {
+		n, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	used, unused := create("used", "10.143.0.0/24"), create("unused", "10.144.0.0/24")
+	for _, name := range []string{"used", "unused"} {
+		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
+	}
+	for _, on := range []int{0, 2} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("on-%d", on), Annotations: map[string]string{netselect.NetworksAnnotation: used.Name}},
+			Spec: corev1.PodSpec{NodeName: nodes[on].name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if _, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bridge := linux.BridgeName(used.UID)
+	podA := attachPod(t, nodes[0], bridge, "10.143.0.10/24")
+	attachPod(t, nodes[2], bridge, "10.143.0.30/24")
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		err := ping(podA, "10.143.0.30")
+		return err == nil, fmt.Sprintf("before the upgrade: %v", err)
+	})
+	index := func(n *node) string {
+		out, err := exec.Command("ip", "-n", n.netns, "-o", "link", "show", bridge).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.Fields(string(out))[0]
+	}
+	before := []string{index(nodes[0]), index(nodes[2])}
+
+	// A ping every 50 ms through the upgrade.
+	pinging := exec.Command("nsenter", "--net=/run/netns/"+podA, "/bin/busybox", "ping", "-i", "0.05", "-W", "1", "10.143.0.30")
+	var out strings.Builder
+	pinging.Stdout, pinging.Stderr = &out, &out
+	if err := pinging.Start(); err != nil {
+		t.Fatal(err)
+	}
+	onDemand = true
+	for _, n := range nodes {
+		n.stop()
+		startAgent(n)
+	}
+	// Upgraded: the unused Network is on no node, the used one on its
+	// pods' nodes only, reported there, each flooding to the other.
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		var left []string
+		for _, n := range nodes {
+			if _, ok := n.bridges(t)[unused.UID]; ok {
+				left = append(left, n.name)
+			}
+		}
+		_, onB := nodes[1].bridges(t)[used.UID]
+		got, err := nets.Get(ctx, used.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Nodes == nil {
+			return false, fmt.Sprint(err)
+		}
+		floods := nettest.FloodsTo(t, nodes[0].netns, linux.VXLANName(used.UID))
+		return len(left) == 0 && !onB && got.Status.Nodes.Summary == "2/2 (of 3)" && slices.Equal(floods, []string{addrs[2]}),
+			fmt.Sprintf("after the upgrade: the unused Network's bridge on %v, the used one's on the node without pods %v, NODES %s, node a floods to %v",
+				left, onB, got.Status.Nodes.Summary, floods)
+	})
+	_ = pinging.Process.Signal(syscall.SIGINT)
+	_ = pinging.Wait()
+	if after := []string{index(nodes[0]), index(nodes[2])}; !slices.Equal(after, before) {
+		t.Errorf("the used Network's bridges were made again: links %v, then %v", before, after)
+	}
+	if err := ping(podA, "10.143.0.30"); err != nil {
+		t.Errorf("after the upgrade: %v", err)
+	}
+	summary := out.String()
+	if i := strings.Index(summary, "packets transmitted"); i >= 0 {
+		summary = summary[strings.LastIndexByte(summary[:i], '\n')+1:]
+	}
+	t.Logf("ping every 50 ms through the upgrade of the three agents: %s", strings.TrimSpace(summary))
 }

@@ -36,3 +36,6 @@ func (Backend) Delete(context.Context, backend.Owner, *backend.Ref) error {
 
 // ListOwned lists nothing: the agents sweep their own nodes.
 func (Backend) ListOwned(context.Context) ([]backend.Observed, error) { return nil, nil }
+
+// InUse: nothing on the controller's node attaches to the agents' bridges.
+func (Backend) InUse(context.Context, backend.Owner) (bool, error) { return false, nil }

@@ -491,6 +491,25 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 
 // ListOwned lists the owners of all links that carry a netop alias, of
 // every cluster: the caller keeps its own.
+// InUse reports whether the bridge of owner has a port besides its VXLAN
+// device: a pod's host end.
+func (b *Backend) InUse(_ context.Context, owner backend.Owner) (bool, error) {
+	bridge, err := b.nl.LinkByName(BridgeName(owner.UID))
+	if isLinkNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up bridge %s: %w", BridgeName(owner.UID), err)
+	}
+	links, err := b.nl.LinkList()
+	if err != nil {
+		return false, fmt.Errorf("list links: %w", err)
+	}
+	return slices.ContainsFunc(links, func(l netlink.Link) bool {
+		return l.Attrs().MasterIndex == bridge.Attrs().Index && l.Type() != "vxlan"
+	}), nil
+}
+
 func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1375,3 +1375,31 @@ func TestMTU(t *testing.T) {
 		t.Errorf("spec.mtu 9000 with a port of 1500: bridge %d", br)
 	}
 }
+
+// Issue 37: a node keeps a Network's bridge while something is attached to
+// it. InUse is false for a bridge that is missing or has no port but its
+// VXLAN device, and true once a pod's host end is a port.
+func TestInUse(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := t.Context()
+	want := network(t, "used", "10.93.0.0/24", "10.93.0.1")
+	if inUse, err := e.b.InUse(ctx, want.Owner); err != nil || inUse {
+		t.Errorf("no bridge: in use %v, %v", inUse, err)
+	}
+	e.ensure(t, want, backend.ActionCreated)
+	bridge, err := e.hand.LinkByName(BridgeName(want.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: VXLANName(want.UID), MasterIndex: bridge.Attrs().Index}, VxlanId: 93, Port: VXLANPort}
+	if err := e.hand.LinkAdd(vx); err != nil {
+		t.Fatal(err)
+	}
+	if inUse, err := e.b.InUse(ctx, want.Owner); err != nil || inUse {
+		t.Errorf("a bridge with its VXLAN port alone: in use %v, %v", inUse, err)
+	}
+	e.attach(t, want, "10.93.0.2/24")
+	if inUse, err := e.b.InUse(ctx, want.Owner); err != nil || !inUse {
+		t.Errorf("a bridge with a pod's port: in use %v, %v", inUse, err)
+	}
+}

@@ -365,6 +365,9 @@ func (b *Backend) deleteNetwork(ctx context.Context, id string) error {
 // ListOwned lists netop's networks in the project with two requests (more
 // only if Neutron pages the answers): the networks tagged as netop's and
 // the subnets tagged as netop's.
+// InUse is false: Neutron's ports are Neutron's to keep, not the node's.
+func (b *Backend) InUse(context.Context, backend.Owner) (bool, error) { return false, nil }
+
 func (b *Backend) ListOwned(ctx context.Context) ([]backend.Observed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

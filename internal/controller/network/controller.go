@@ -179,7 +179,12 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 			old, cur := oldObj.(*samplecrdv2.Network), newObj.(*samplecrdv2.Network)
 			if needsReconcile(old, cur) {
 				c.contend(cur)
-				c.Enqueue(newObj)
+				// A node that does not need the Network has nothing to
+				// change: its need changing enqueues it, and the resync
+				// sweeps what a crash left.
+				if c.outcome.wanted(cur) {
+					c.Enqueue(newObj)
+				}
 			}
 		},
 		DeleteFunc: func(obj any) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -146,11 +147,27 @@ func (c *Controller) yield(ctx context.Context, cached, n *samplecrdv2.Network, 
 // backend network there, and nothing to report.
 const reasonNotNeeded = "NotNeeded"
 
+// inUseRecheck is when a backend network kept for what is attached to it
+// is looked at again.
+const inUseRecheck = 30 * time.Second
+
 // unrealise makes sure n, which this node does not need (no pod here has
 // an interface on it), has no backend network here. The bridge of a
 // Network whose last pod left goes this way, once the demand's delay is
 // over.
 func (c *Controller) unrealise(ctx context.Context, cached, n *samplecrdv2.Network) error {
+	inUse, err := c.backend.InUse(ctx, c.owner(n))
+	if err != nil {
+		return fmt.Errorf("looking for pods attached to the backend network: %w", err)
+	}
+	if inUse {
+		// A pod was attached in the instant between its allocation and
+		// this node's cache seeing it, or its sandbox outlived its pod:
+		// its bridge stays, and is looked at again.
+		klog.FromContext(ctx).Info("Keeping the backend network: something on this node is attached to it, though no pod here is known to use it")
+		c.AddAfter(cache.MetaObjectToName(n), inUseRecheck)
+		return nil
+	}
 	present := c.arbiter.Present(n.UID)
 	if err := c.backend.Delete(ctx, c.owner(n), backendRef(n.Status.Backend)); err != nil {
 		c.outcome.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonBackendError, "Removing the backend network of a Network no pod here uses failed: %v", err)

@@ -45,6 +45,12 @@ type fixture struct {
 
 func newFixture(t testing.TB, networks ...*samplecrdv2.Network) *fixture {
 	t.Helper()
+	return newFixtureWith(t, Options{Workers: 1, Resync: time.Hour}, networks...)
+}
+
+// newFixtureWith is newFixture with the controller's options.
+func newFixtureWith(t testing.TB, opts Options, networks ...*samplecrdv2.Network) *fixture {
+	t.Helper()
 	objects := make([]runtime.Object, 0, len(networks))
 	for _, n := range networks {
 		objects = append(objects, n)
@@ -57,7 +63,7 @@ func newFixture(t testing.TB, networks ...*samplecrdv2.Network) *fixture {
 	}
 	informer := informers.NewSharedInformerFactory(f.client, 0).Samplecrd().V2().Networks()
 	var err error
-	f.controller, err = New(context.Background(), f.client, informer, f.backend, f.recorder, metrics.New(), Options{Workers: 1, Resync: time.Hour})
+	f.controller, err = New(context.Background(), f.client, informer, f.backend, f.recorder, metrics.New(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ type Backend struct {
 	latency  time.Duration
 	calls    map[string]int
 	ensured  map[types.UID]bool
+	inUse    map[types.UID]bool
 	changes  int
 	watchers map[int]func(backend.Owner)
 	nextID   int
@@ -44,6 +45,7 @@ func New() *Backend {
 		fail:     map[string]error{},
 		calls:    map[string]int{},
 		ensured:  map[types.UID]bool{},
+		inUse:    map[types.UID]bool{},
 	}
 }
 
@@ -219,6 +221,25 @@ func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *bac
 	delete(b.networks, owner.UID)
 	b.changes++
 	return nil
+}
+
+// InUse implements backend.Backend: through the wrapped backend, else as
+// SetInUse said.
+func (b *Backend) InUse(ctx context.Context, owner backend.Owner) (bool, error) {
+	if b.inner != nil {
+		return b.inner.InUse(ctx, owner)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inUse[owner.UID], nil
+}
+
+// SetInUse says whether something on the node is attached to the network
+// of uid.
+func (b *Backend) SetInUse(uid types.UID, inUse bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inUse[uid] = inUse
 }
 
 // ListOwned implements backend.Backend.

@@ -117,11 +117,14 @@ func main() {
 	pods := flag.Int("pods", 50, "pods created at once")
 	policies := flag.Int("policies", 20, "MultiNetworkPolicies in the round of pods with policies")
 	changes := flag.Int("changes", 50, "changes of each kind (pod, policy) timed to enforcement, and hot-plug changes")
-	only := flag.String("only", "", "run only one part: hotplug")
+	only := flag.String("only", "", "run only one part: hotplug, or ondemand (on two nodes: a pod starting on a Network its node realises on demand, against one on a Network already there, --pods of each)")
 	flag.Parse()
 	run := run
-	if *only == "hotplug" {
+	switch *only {
+	case "hotplug":
 		run = func(_, _, changes int) error { return runHotPlug(changes) }
+	case "ondemand":
+		run = func(pods, _, _ int) error { return runOnDemand(pods) }
 	}
 	if err := run(*pods, *policies, *changes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -515,7 +518,7 @@ func percentiles(took []float64) (p50, p99 float64) {
 // if given, and returns, for each, the time from its create request to the
 // watch event that shows it Running, and from the first event that shows
 // it stored to the one that shows its addresses allocated.
-func runPods(kube kubernetes.Interface, prefix string, n int, network string) ([]float64, []float64, error) {
+func runPods(kube kubernetes.Interface, prefix string, n int, network string, shape ...func(*corev1.Pod)) ([]float64, []float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -553,6 +556,9 @@ func runPods(kube kubernetes.Interface, prefix string, n int, network string) ([
 					Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}}}}
 			if network != "" {
 				pod.Annotations = map[string]string{netselect.NetworksAnnotation: network}
+			}
+			for _, f := range shape {
+				f(pod)
 			}
 			mu.Lock()
 			sent[name] = time.Now()
