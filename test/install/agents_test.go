@@ -205,13 +205,6 @@ func TestControllerAndAgents(t *testing.T) {
 
 	nodes, addrs, startAgent := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.OnDemand = false })
 
-	create := func(name, cidr string) *samplecrdv1.Network {
-		n, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	wantNodes := func(n *samplecrdv1.Network, ready, total int32) {
 		t.Helper()
 		want := samplecrdv1.NetworkNodes{Ready: ready, Total: total, Summary: fmt.Sprintf("%d/%d", ready, total)}
@@ -238,7 +231,7 @@ func TestControllerAndAgents(t *testing.T) {
 		return ok && got.String() == cidr
 	}
 
-	first := create("first", "10.140.0.0/24")
+	first := createNetwork(t, env, ns, "first", "10.140.0.0/24")
 	got := env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	wantNodes(got, 3, 3)
 	if want := linux.BridgeName(first.UID); got.Status.Backend == nil || got.Status.Backend.Interface != want {
@@ -279,7 +272,7 @@ func TestControllerAndAgents(t *testing.T) {
 	// its condition names the third.
 	lagging := nodes[2]
 	lagging.stop()
-	second := create("second", "10.141.0.0/24")
+	second := createNetwork(t, env, ns, "second", "10.141.0.0/24")
 	waitNodes("second", "2/3")
 	got = env.WaitReady(t, ns, "second", metav1.ConditionFalse, samplecrd.ReasonNodesNotReady, 30*time.Second)
 	wantNodes(got, 2, 3)
@@ -392,6 +385,28 @@ func startCluster(t *testing.T, env *testenv.Env, ns string, agentOptions func(*
 	return nodes, addrs, startAgent
 }
 
+// createNetwork creates the v1 Network name of cidr in namespace ns.
+func createNetwork(t *testing.T, env *testenv.Env, ns, name, cidr string) *samplecrdv1.Network {
+	t.Helper()
+	n, err := env.Netop.SamplecrdV1().Networks(ns).Create(t.Context(), &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// placePod creates pod name on node n (bound, with no kubelet to run it),
+// asking for network: the controller allocates, and n's agent follows.
+func placePod(t *testing.T, env *testenv.Env, ns, name string, n *node, network string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: network}},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := env.Kube.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Issue 37: with --networks-on-demand (the default), a node realises a Network only while
 // a pod there holds an interface on it. A Network no pod uses is Ready and
 // on no node ("0/0 (of 3)"); pods placed on two nodes (allocated by the
@@ -410,10 +425,7 @@ func TestAgentsOnDemand(t *testing.T) {
 	const releaseDelay = 3 * time.Second
 	nodes, addrs, _ := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.ReleaseDelay = releaseDelay })
 
-	network, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "used"}, Spec: samplecrdv1.NetworkSpec{CIDR: "10.142.0.0/24"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	network := createNetwork(t, env, ns, "used", "10.142.0.0/24")
 	waitSummary := func(summary string) {
 		t.Helper()
 		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
@@ -448,20 +460,12 @@ func TestAgentsOnDemand(t *testing.T) {
 			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
 		})
 	}
-	place := func(name string, n *node) {
-		t.Helper()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{netselect.NetworksAnnotation: network.Name}},
-			Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-		if _, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	waitSummary("0/0 (of 3)")
 	waitRealised(false, false, false)
 
-	place("on-a", nodes[0])
-	place("on-c", nodes[2])
+	placePod(t, env, ns, "on-a", nodes[0], network.Name)
+	placePod(t, env, ns, "on-c", nodes[2], network.Name)
 	waitSummary("2/2 (of 3)")
 	waitRealised(true, false, true)
 	waitFlooding(nodes[0], addrs[2])
@@ -473,7 +477,7 @@ func TestAgentsOnDemand(t *testing.T) {
 		return err == nil, fmt.Sprintf("pod on %s to pod on %s over the overlay: %v", nodes[0].name, nodes[2].name, err)
 	})
 
-	place("on-b", nodes[1])
+	placePod(t, env, ns, "on-b", nodes[1], network.Name)
 	waitSummary("3/3")
 	waitRealised(true, true, true)
 	waitFlooding(nodes[0], addrs[1], addrs[2])
@@ -516,28 +520,15 @@ func TestAgentsUpgradeToOnDemand(t *testing.T) {
 	applyManifests(t, env)
 	ns := env.Namespace(t)
 	nets := env.Netop.SamplecrdV1().Networks(ns)
-	ctx := t.Context()
 	onDemand := false
 	nodes, addrs, startAgent := startCluster(t, env, ns, func(o *operator.Options) { o.Agent.OnDemand = onDemand })
 
-	create := func(name, cidr string) *samplecrdv1.Network {
-		n, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	used, unused := create("used", "10.143.0.0/24"), create("unused", "10.144.0.0/24")
+	used, unused := createNetwork(t, env, ns, "used", "10.143.0.0/24"), createNetwork(t, env, ns, "unused", "10.144.0.0/24")
 	for _, name := range []string{"used", "unused"} {
 		env.WaitReady(t, ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	}
-	for _, on := range []int{0, 2} {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("on-%d", on), Annotations: map[string]string{netselect.NetworksAnnotation: used.Name}},
-			Spec: corev1.PodSpec{NodeName: nodes[on].name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-		if _, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	placePod(t, env, ns, "on-a", nodes[0], used.Name)
+	placePod(t, env, ns, "on-c", nodes[2], used.Name)
 	bridge := linux.BridgeName(used.UID)
 	podA := attachPod(t, nodes[0], bridge, "10.143.0.10/24")
 	attachPod(t, nodes[2], bridge, "10.143.0.30/24")
