@@ -1,8 +1,9 @@
 // Package agent is netop's node agent, the `netop agent` role: on every
-// node of a cluster, the Network controller building the node's bridges
-// and reporting them (in the node's NetworkNode, package networknode), the
-// overlay's peers, the CNI plugin installed on the host with credentials
-// of its own, and the watch that tells when the node left the cluster.
+// node of a cluster, the Network controller building the bridges of the
+// Networks the node's pods use (Demand) and reporting them (in the node's
+// NetworkNode, package networknode), each Network's overlay peers (Peers),
+// the CNI plugin installed on the host with credentials of its own, and
+// the watch that tells when the node left the cluster.
 package agent
 
 import (

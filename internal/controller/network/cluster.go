@@ -113,7 +113,7 @@ func (o *clusterOutcome) nodeReadiness(n *samplecrdv2.Network, provisioned strin
 	case total == 0:
 		return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s; no node realises it yet: a node builds it when a pod there joins it", provisioned)
 	}
-	return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s, on %d/%d nodes that realise it (of %d)", provisioned, ready, total, of)
+	return nodes, metav1.ConditionTrue, samplecrd.ReasonProvisioned, fmt.Sprintf("%s, on %s nodes", provisioned, summary)
 }
 
 // inSync: the agents build, and what they report is readinessInSync's;

@@ -350,9 +350,6 @@ func (c *Controller) EnqueueUID(uid types.UID, after time.Duration) {
 	}
 }
 
-// EnqueueAll enqueues every Network: what they all depend on changed.
-func (c *Controller) EnqueueAll() { c.enqueueAll() }
-
 func (c *Controller) enqueueAll() {
 	for _, obj := range c.indexer.List() {
 		c.Enqueue(obj)
