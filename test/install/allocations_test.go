@@ -55,11 +55,13 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 			t.Errorf("%s: %v, want refused naming %s", what, err, annotation)
 		}
 	}
-	// The policy takes a moment to be enforced once created.
+	// The policy takes a moment to be enforced once created, and the
+	// RoleBinding to be seen by the authorizer: until both, another
+	// error (mallory may not create pods at all) or none.
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 		_, err := mallory.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{netselect.AllocationsAnnotation: forged}),
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil, fmt.Sprintf("a pod with forged allocations: %v", err)
+		return err != nil && strings.Contains(err.Error(), "only netop writes the annotation"), fmt.Sprintf("a pod with forged allocations: %v", err)
 	})
 	_, err := mallory.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{netselect.AllocationsAnnotation: forged}), metav1.CreateOptions{})
 	refused("creating a pod with allocations", err, netselect.AllocationsAnnotation)
