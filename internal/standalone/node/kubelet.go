@@ -6,8 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,7 +53,58 @@ func (n *Node) kubeletConfig(ip net.IP, port int) map[string]any {
 	return cfg
 }
 
-func (n *Node) startKubelet(_ context.Context) (*process, error) {
+// devicePluginSocket is where every kubelet of a host listens for device
+// plugins, whatever its --root-dir. A kubelet removes it and binds it as
+// it starts: of two starting at once, one may find the other's bound and
+// exit ("Failed to start ContainerManager ... address already in use").
+const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// kubeletBinding is held from a kubelet's start until it listens on
+// devicePluginSocket (or gave up): the nodes of one standalone start their
+// kubelets one after the other through that instant, and at once
+// otherwise.
+var kubeletBinding sync.Mutex
+
+// devicePluginBindWait bounds how long the next kubelet waits for one to
+// bind devicePluginSocket.
+const devicePluginBindWait = 30 * time.Second
+
+func (n *Node) startKubelet(ctx context.Context) (*process, error) {
+	kubeletBinding.Lock()
+	before := fileID(devicePluginSocket)
+	p, err := n.execKubelet()
+	if err != nil {
+		kubeletBinding.Unlock()
+		return nil, err
+	}
+	go func() {
+		defer kubeletBinding.Unlock()
+		_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, devicePluginBindWait, true, func(context.Context) (bool, error) {
+			now := fileID(devicePluginSocket)
+			return p.exited() != nil || now != (fileKey{}) && now != before, nil
+		})
+	}()
+	return p, nil
+}
+
+// fileKey identifies a file: its device, inode and change time (a file
+// made anew may get the inode number of the one it replaced); zero if there
+// is none.
+type fileKey struct {
+	dev, ino uint64
+	ctime    syscall.Timespec
+}
+
+func fileID(path string) fileKey {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileKey{}
+	}
+	return fileKey{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim} //nolint:unconvert // Dev's type differs across architectures
+}
+
+// execKubelet runs the node's kubelet.
+func (n *Node) execKubelet() (*process, error) {
 	ip, port := n.cfg.Address, 10250 // a node of its own: the usual port
 	data, err := yaml.Marshal(n.kubeletConfig(ip, port))
 	if err != nil {

@@ -219,3 +219,26 @@ func TestCheckSaysWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+// A kubelet binding its device plugin socket replaces the file, which may
+// get the inode number of the one it replaced: fileID still tells them
+// apart, and says there is none when there is none.
+func TestFileIDTellsAReplacedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubelet.sock")
+	if fileID(path) != (fileKey{}) {
+		t.Fatal("a missing file has an identity")
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first := fileID(path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if second := fileID(path); second == first || second == (fileKey{}) {
+		t.Errorf("a file made anew: %+v, the one it replaced: %+v", second, first)
+	}
+}
