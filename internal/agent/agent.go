@@ -171,17 +171,19 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 	if err := a.report.Load(ctx); err != nil {
 		return nil, err
 	}
-	opts := d.Network
+	// wants is nil where the node builds every Network (not a nil
+	// *Demand, which the outcome would ask).
+	var wants network.Demand
 	var demand *Demand
 	if o.OnDemand {
 		var err error
 		if demand, err = NewDemand(d.Pods, o.NodeName, o.ReleaseDelay); err != nil {
 			return nil, err
 		}
-		opts.Outcome = network.Agent(a.report, d.Overlay != nil, demand)
-	} else {
-		opts.Outcome = network.Agent(a.report, d.Overlay != nil, nil)
+		wants = demand
 	}
+	opts := d.Network
+	opts.Outcome = network.Agent(a.report, d.Overlay != nil, wants)
 	var err error
 	if a.controller, err = network.New(ctx, d.Client, d.Networks, d.Backend, d.Recorder, d.Metrics, opts); err != nil {
 		return nil, err
@@ -192,7 +194,7 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 		a.controller.WaitFor(demand.HasSyncedChecker())
 	}
 	if d.Overlay != nil {
-		if err := a.followPeers(d.Overlay, d.Reports, demand, d.Network.Resync); err != nil {
+		if err := a.followPeers(d.Overlay, d.Reports, wants, d.Network.Resync); err != nil {
 			return nil, err
 		}
 	}
@@ -202,7 +204,7 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 // followPeers has each Network's VXLAN device flood to the other nodes
 // that realise it, at their Nodes' InternalIPs: when those change, the
 // Networks this node realises are synced again.
-func (a *Agent) followPeers(overlay *linux.Overlay, reports netopinformers.NetworkNodeInformer, demand *Demand, resync time.Duration) error {
+func (a *Agent) followPeers(overlay *linux.Overlay, reports netopinformers.NetworkNodeInformer, wants network.Demand, resync time.Duration) error {
 	a.nodes = kubeinformers.NewSharedInformerFactoryWithOptions(a.kube, resync, kubeinformers.WithTransform(trimNode))
 	nodes := a.nodes.Core().V1().Nodes()
 	peers, err := NewPeers(nodes, reports, a.node)
@@ -211,7 +213,7 @@ func (a *Agent) followPeers(overlay *linux.Overlay, reports netopinformers.Netwo
 	}
 	peers.OnChange(func(uids []types.UID) {
 		for _, uid := range uids {
-			if demand == nil || demand.Wants(uid) {
+			if wants == nil || wants.Wants(uid) {
 				a.controller.EnqueueUID(uid, 0)
 			}
 		}

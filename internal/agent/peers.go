@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,37 +82,31 @@ func (p *Peers) setNode(obj any) {
 		return
 	}
 	addr, err := netip.ParseAddr(nodeInternalIP(node))
-	p.mu.Lock()
-	old, had := p.addrs[node.Name]
-	switch {
-	case err != nil:
-		delete(p.addrs, node.Name)
-	default:
-		p.addrs[node.Name] = addr
-	}
-	now, has := p.addrs[node.Name]
-	var changed []types.UID
-	if had != has || old != now {
-		changed = keys(p.realised[node.Name])
-	}
-	p.mu.Unlock()
-	p.tell(changed)
+	p.address(node.Name, addr, err == nil)
 }
 
 func (p *Peers) removeNode(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	node, ok := obj.(*corev1.Node)
-	if !ok || node.Name == p.self {
-		return
+	if node, ok := obj.(*corev1.Node); ok && node.Name != p.self {
+		p.address(node.Name, netip.Addr{}, false)
 	}
+}
+
+// address records node's underlay address (none unless has), and tells of
+// the Networks the node realises when it changed.
+func (p *Peers) address(node string, addr netip.Addr, has bool) {
 	p.mu.Lock()
-	_, had := p.addrs[node.Name]
-	delete(p.addrs, node.Name)
+	old, had := p.addrs[node]
+	if has {
+		p.addrs[node] = addr
+	} else {
+		delete(p.addrs, node)
+	}
 	var changed []types.UID
-	if had {
-		changed = keys(p.realised[node.Name])
+	if had != has || old != addr {
+		changed = slices.Collect(maps.Keys(p.realised[node]))
 	}
 	p.mu.Unlock()
 	p.tell(changed)
@@ -172,12 +168,4 @@ func (p *Peers) tell(uids []types.UID) {
 	if len(uids) > 0 && p.onChange != nil {
 		p.onChange(uids)
 	}
-}
-
-func keys(m map[types.UID]int64) []types.UID {
-	out := make([]types.UID, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

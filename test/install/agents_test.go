@@ -251,11 +251,7 @@ func TestControllerAndAgents(t *testing.T) {
 	for i, n := range nodes {
 		// Each floods to the nodes that report the Network: the last
 		// reports come with the Ready condition.
-		want := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })
-		testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
-			got := nettest.FloodsTo(t, n.netns, vx)
-			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
-		})
+		waitFlooding(t, 10*time.Second, n, vx, slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })...)
 		if link := ip(t, "-n", n.netns, "-d", "-o", "link", "show", vx); !strings.Contains(link, fmt.Sprintf("vxlan id %d ", got.Status.VNI)) ||
 			!strings.Contains(link, "master "+linux.BridgeName(first.UID)) || !strings.Contains(link, "mtu 1450 ") {
 			t.Errorf("node %s: %s", n.name, link)
@@ -315,10 +311,7 @@ func TestControllerAndAgents(t *testing.T) {
 		}
 	}
 	// The others no longer flood to it, and still reach each other.
-	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-		got := nettest.FloodsTo(t, nodes[0].netns, vx)
-		return slices.Equal(got, []string{addrs[2]}), fmt.Sprintf("%s floods to %v after %s went", nodes[0].name, got, removed.name)
-	})
+	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[2])
 	if err := ping(podA, "10.140.0.30"); err != nil {
 		t.Error(err)
 	}
@@ -396,6 +389,16 @@ func createNetwork(t *testing.T, env *testenv.Env, ns, name, cidr string) *sampl
 	return n
 }
 
+// waitFlooding waits until the VXLAN device vx on n floods to exactly the
+// underlay addresses want.
+func waitFlooding(t *testing.T, timeout time.Duration, n *node, vx string, want ...string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, func(context.Context) (bool, string) {
+		got := nettest.FloodsTo(t, n.netns, vx)
+		return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
+	})
+}
+
 // placePod creates pod name on node n (bound, with no kubelet to run it),
 // asking for network: the controller allocates, and n's agent follows.
 func placePod(t *testing.T, env *testenv.Env, ns, name string, n *node, network string) {
@@ -453,13 +456,6 @@ func TestAgentsOnDemand(t *testing.T) {
 		})
 	}
 	vx := linux.VXLANName(network.UID)
-	waitFlooding := func(n *node, want ...string) {
-		t.Helper()
-		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-			got := nettest.FloodsTo(t, n.netns, vx)
-			return slices.Equal(got, want), fmt.Sprintf("node %s: %s floods to %v, want %v", n.name, vx, got, want)
-		})
-	}
 
 	waitSummary("0/0 (of 3)")
 	waitRealised(false, false, false)
@@ -468,8 +464,8 @@ func TestAgentsOnDemand(t *testing.T) {
 	placePod(t, env, ns, "on-c", nodes[2], network.Name)
 	waitSummary("2/2 (of 3)")
 	waitRealised(true, false, true)
-	waitFlooding(nodes[0], addrs[2])
-	waitFlooding(nodes[2], addrs[0])
+	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[2])
+	waitFlooding(t, 30*time.Second, nodes[2], vx, addrs[0])
 	podA := attachPod(t, nodes[0], linux.BridgeName(network.UID), "10.142.0.10/24")
 	attachPod(t, nodes[2], linux.BridgeName(network.UID), "10.142.0.30/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
@@ -480,8 +476,8 @@ func TestAgentsOnDemand(t *testing.T) {
 	placePod(t, env, ns, "on-b", nodes[1], network.Name)
 	waitSummary("3/3")
 	waitRealised(true, true, true)
-	waitFlooding(nodes[0], addrs[1], addrs[2])
-	waitFlooding(nodes[1], addrs[0], addrs[2])
+	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[1], addrs[2])
+	waitFlooding(t, 30*time.Second, nodes[1], vx, addrs[0], addrs[2])
 	podB := attachPod(t, nodes[1], linux.BridgeName(network.UID), "10.142.0.20/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
 		err := ping(podB, "10.142.0.10")
@@ -502,8 +498,8 @@ func TestAgentsOnDemand(t *testing.T) {
 		t.Errorf("node %s removed the Network %v after its last pod left, before the release delay (%v)", nodes[1].name, held, releaseDelay)
 	}
 	waitSummary("2/2 (of 3)")
-	waitFlooding(nodes[0], addrs[2])
-	waitFlooding(nodes[2], addrs[0])
+	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[2])
+	waitFlooding(t, 30*time.Second, nodes[2], vx, addrs[0])
 	if err := ping(podA, "10.142.0.30"); err != nil {
 		t.Error(err)
 	}
