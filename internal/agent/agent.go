@@ -25,6 +25,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/controller/network"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/internal/networknode"
 	"github.com/netop-dev/netop/internal/rungroup"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -108,13 +109,17 @@ func (o *Options) Validate(cniKubeconfig string) error {
 // the Network, NetworkNode and pod informers and the node's backend, with
 // its overlay.
 type Deps struct {
-	Config   *rest.Config
-	Kube     kubernetes.Interface
-	Client   versioned.Interface
-	Networks samplecrdinformers.NetworkInformer
-	Reports  netopinformers.NetworkNodeInformer
-	Pods     coreinformers.PodInformer
-	Backend  backend.Backend
+	Config *rest.Config
+	Kube   kubernetes.Interface
+	Client versioned.Interface
+	// Networks is every Network's informer, which only an agent building
+	// every Network starts (its Informer); Namespace, if set, is the only
+	// one whose Networks the agent builds.
+	Networks  samplecrdinformers.NetworkInformer
+	Namespace string
+	Reports   netopinformers.NetworkNodeInformer
+	Pods      coreinformers.PodInformer
+	Backend   backend.Backend
 	// Overlay is the node on the underlay (Overlay), nil without one.
 	Overlay  *linux.Overlay
 	Recorder record.EventRecorder
@@ -139,6 +144,10 @@ type Agent struct {
 	cluster    string
 	report     *networknode.Report
 	controller *network.Controller
+	// networks are the Networks the agent reads: byName, where the node
+	// builds only those its pods use, else every Network.
+	networks networkcache.Source
+	byName   *networkcache.ByName
 	// nodes are the peers' Nodes, for the overlay; nil without one.
 	nodes kubeinformers.SharedInformerFactory
 	// cni installs the CNI plugin on the host (--install-cni).
@@ -176,22 +185,25 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 	var wants network.Demand
 	var demand *Demand
 	if o.OnDemand {
+		// The node's cache holds only the Networks its pods are on.
 		var err error
-		if demand, err = NewDemand(d.Pods, o.NodeName, o.ReleaseDelay); err != nil {
+		a.byName = networkcache.NewByName(d.Client, d.Namespace, d.Network.Resync)
+		if demand, err = NewDemand(d.Pods, o.NodeName, o.ReleaseDelay, a.byName); err != nil {
 			return nil, err
 		}
-		wants = demand
+		a.byName.SetInitial(demand.HasSyncedChecker())
+		a.networks, wants = a.byName, demand
+	} else {
+		a.networks = d.Networks.Informer()
 	}
 	opts := d.Network
 	opts.Outcome = network.Agent(a.report, d.Overlay != nil, wants)
 	var err error
-	if a.controller, err = network.New(ctx, d.Client, d.Networks, d.Backend, d.Recorder, d.Metrics, opts); err != nil {
+	if a.controller, err = network.New(ctx, d.Client, a.networks, d.Backend, d.Recorder, d.Metrics, opts); err != nil {
 		return nil, err
 	}
 	if demand != nil {
-		demand.OnChange(a.controller.EnqueueUID)
-		// Until every pod here is seen, a Network in use looks unneeded.
-		a.controller.WaitFor(demand.HasSyncedChecker())
+		demand.OnChange(a.controller.AddAfter)
 	}
 	if d.Overlay != nil {
 		if err := a.followPeers(d.Overlay, d.Reports, wants, d.Network.Resync); err != nil {
@@ -260,6 +272,10 @@ func trimNode(obj any) (any, error) {
 		Status: corev1.NodeStatus{Addresses: node.Status.Addresses}}, nil
 }
 
+// Networks are the Networks the agent reads, for the node's other parts:
+// on demand, only those the node's pods use.
+func (a *Agent) Networks() networkcache.Source { return a.networks }
+
 // HasSyncedChecker is done once the Network controller has every Network.
 func (a *Agent) HasSyncedChecker() cache.DoneChecker { return a.controller.HasSyncedChecker() }
 
@@ -287,6 +303,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.nodes != nil {
 		a.nodes.Start(ctx.Done())
 		defer a.nodes.Shutdown()
+	}
+	if a.byName != nil {
+		run("networks of the node", a.byName.Run)
 	}
 	run("node report", a.report.Run)
 	if a.cni != nil {

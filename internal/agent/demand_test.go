@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -39,10 +40,13 @@ func podOn(t *testing.T, name, node string, uids ...types.UID) *corev1.Pod {
 // and for the release delay after the last one left (deleted, finished or
 // moved off it); other nodes' pods count for nothing. Each change of need
 // is told once: at once when it begins, after the delay when it may end.
+// The node's cache watches a Network from its first pod until it is
+// released while not needed.
 func TestDemand(t *testing.T) {
 	kube := kubefake.NewClientset(podOn(t, "a", "here", "n1", "n2"), podOn(t, "elsewhere", "there", "n3"))
 	factory := kubeinformers.NewSharedInformerFactory(kube, 0)
-	d, err := NewDemand(factory.Core().V1().Pods(), "here", time.Minute)
+	networks := &watched{names: map[string]bool{}}
+	d, err := NewDemand(factory.Core().V1().Pods(), "here", time.Minute, networks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +58,10 @@ func TestDemand(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var changes []told
-	d.OnChange(func(uid types.UID, after time.Duration) {
+	d.OnChange(func(name cache.ObjectName, after time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
-		changes = append(changes, told{uid, after})
+		changes = append(changes, told{types.UID(name.Name), after})
 	})
 	take := func() []told {
 		mu.Lock()
@@ -83,6 +87,7 @@ func TestDemand(t *testing.T) {
 	if got := take(); !slices.Equal(got, []told{{"n1", 0}, {"n2", 0}}) {
 		t.Errorf("told %v at start", got)
 	}
+	networks.want(t, "ns/n1", "ns/n2")
 
 	pods := kube.CoreV1().Pods("ns")
 	ctx := t.Context()
@@ -99,6 +104,9 @@ func TestDemand(t *testing.T) {
 	wants(map[types.UID]bool{"n1": true, "n2": true})
 	now = now.Add(time.Second)
 	wants(map[types.UID]bool{"n1": true, "n2": false})
+	d.Release(cache.ObjectName{Namespace: "ns", Name: "n1"})
+	d.Release(cache.ObjectName{Namespace: "ns", Name: "n2"})
+	networks.want(t, "ns/n1")
 
 	// The last pod on n1 finishes: n1 is released after the delay, unless
 	// a pod comes back to it first, which tells nothing (it never went).
@@ -129,10 +137,40 @@ func TestDemand(t *testing.T) {
 	waitTold(t, take, told{"n1", time.Minute})
 	now = now.Add(time.Minute)
 	wants(map[types.UID]bool{"n1": false})
+	d.Release(cache.ObjectName{Namespace: "ns", Name: "n1"})
+	networks.want(t)
 	if _, err := pods.Create(ctx, podOn(t, "d", "here", "n1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitTold(t, take, told{"n1", 0})
+	networks.want(t, "ns/n1")
+}
+
+// watched is the node's cache of Networks, as the names it watches.
+type watched struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (w *watched) Watch(name cache.ObjectName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.names[name.String()] = true
+}
+
+func (w *watched) Unwatch(name cache.ObjectName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.names, name.String())
+}
+
+func (w *watched) want(t *testing.T, names ...string) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got := slices.Sorted(maps.Keys(w.names)); !slices.Equal(got, names) {
+		t.Errorf("watching %v, want %v", got, names)
+	}
 }
 
 func waitTold[T comparable](t *testing.T, take func() []T, want T) {

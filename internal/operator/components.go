@@ -72,10 +72,16 @@ var components = []component{{
 	name: "node agent", roles: agentOnly,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.Agent.AddFlags(fs) },
 	validate: func(o *Options) error { return o.Agent.Validate(o.CNIKubeconfig) },
+	// Before the policy enforcement, which reads the Networks it holds.
 	build: func(ctx context.Context, s *shared) (runnable, error) {
-		return agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
-			Networks: s.netop.Samplecrd().V2().Networks(), Reports: s.netop.Netop().V1alpha1().NetworkNodes(), Pods: s.pods.Core().V1().Pods(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
+		a, err := agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
+			Networks: s.netop.Samplecrd().V2().Networks(), Namespace: s.opts.Namespace, Reports: s.netop.Netop().V1alpha1().NetworkNodes(), Pods: s.pods.Core().V1().Pods(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
 			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
+		if err != nil {
+			return nil, err
+		}
+		s.nodeNetworks = a.Networks()
+		return a, nil
 	},
 }, {
 	name: "hot-plug", roles: buildingBridges,
@@ -204,7 +210,7 @@ func newNetworkController(ctx context.Context, s *shared) (runnable, error) {
 		}
 		opts.Outcome = network.Cluster(nodes)
 	}
-	c, err := network.New(ctx, s.client, s.netop.Samplecrd().V2().Networks(), s.backend, s.recorder, s.metrics, opts)
+	c, err := network.New(ctx, s.client, s.networks(), s.backend, s.recorder, s.metrics, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +223,7 @@ func newNetworkController(ctx context.Context, s *shared) (runnable, error) {
 // serves them: one that enforces them on a node, or reports on them.
 func newPolicyController(ctx context.Context, s *shared, o netpolicy.Options) (runnable, error) {
 	c, err := netpolicy.NewWhereServed(ctx, s.kube.Discovery(), s.netop.K8sCniCncfIo().V1beta1().MultiNetworkPolicies(), s.pods.Core().V1().Pods(),
-		s.builtin.Core().V1().Namespaces(), s.netop.Samplecrd().V2().Networks(), s.recorder, s.metrics, o)
+		s.builtin.Core().V1().Namespaces(), s.networks(), s.recorder, s.metrics, o)
 	if c == nil || err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/leader"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/internal/rungroup"
 	"github.com/netop-dev/netop/internal/version"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -64,6 +65,9 @@ type shared struct {
 	// overlay is an agent's node on the underlay; nil elsewhere, or on a
 	// node without an InternalIP.
 	overlay *linux.Overlay
+	// nodeNetworks are the Networks an agent reads (agent.Networks): on
+	// demand, only those its node's pods use. nil in other roles.
+	nodeNetworks networkcache.Source
 	// firewall enforces network policies where the backend is a node's
 	// bridges (linux); nil elsewhere.
 	firewall *linux.Firewall
@@ -83,6 +87,16 @@ type factory interface {
 
 // startWithOthers has f started and shut down with the shared factories.
 func (s *shared) startWithOthers(f factory) { s.more = append(s.more, f) }
+
+// networks are the Networks the role's components read: an agent's own,
+// else every Network's shared informer. Asking for the informer starts it:
+// an agent on demand must not.
+func (s *shared) networks() networkcache.Source {
+	if s.nodeNetworks != nil {
+		return s.nodeNetworks
+	}
+	return s.netop.Samplecrd().V2().Networks().Informer()
+}
 
 // Operator is netop configured for one cluster and one role, ready to run.
 type Operator struct {
@@ -257,7 +271,7 @@ func (op *Operator) Run(ctx context.Context) error {
 // synced once every cache is synced and every component has been handed
 // its initial lists.
 func (op *Operator) waitSynced(ctx context.Context) {
-	if !cache.WaitFor(ctx, "", op.netop.Samplecrd().V2().Networks().Informer().HasSyncedChecker()) {
+	if !cache.WaitFor(ctx, "", op.networks().HasSyncedChecker()) {
 		return // stopped
 	}
 	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())

@@ -32,10 +32,10 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netpolicy"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	policyinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/k8s.cni.cncf.io/v1beta1"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
 	policylisters "github.com/netop-dev/netop/pkg/generated/listers/k8s.cni.cncf.io/v1beta1"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
@@ -79,7 +79,7 @@ type Controller struct {
 // NewWhereServed makes the controller if the cluster serves
 // MultiNetworkPolicies, else nil: a cluster without the CRD has no policy.
 func NewWhereServed(ctx context.Context, d discovery.DiscoveryInterface, policies policyinformers.MultiNetworkPolicyInformer, pods coreinformers.PodInformer,
-	namespaces coreinformers.NamespaceInformer, networks samplecrdinformers.NetworkInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	namespaces coreinformers.NamespaceInformer, networks networkcache.Source, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	served, err := kubeclient.Serves(d, Resource)
 	if err != nil {
 		return nil, err
@@ -91,10 +91,12 @@ func NewWhereServed(ctx context.Context, d discovery.DiscoveryInterface, policie
 	return New(ctx, policies, pods, namespaces, networks, recorder, m, o)
 }
 
-// New makes the controller; call it before the informers start.
+// New makes the controller; call it before the informers start. networks
+// may be a node's own (an agent's on demand): a policy on a Network it
+// does not hold selects nothing there.
 func New(ctx context.Context, policies policyinformers.MultiNetworkPolicyInformer, pods coreinformers.PodInformer,
-	namespaces coreinformers.NamespaceInformer, networks samplecrdinformers.NetworkInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
-	c := &Controller{policies: policies.Lister(), pods: pods.Lister(), namespaces: namespaces.Lister(), networks: networks.Lister(),
+	namespaces coreinformers.NamespaceInformer, networks networkcache.Source, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
+	c := &Controller{policies: policies.Lister(), pods: pods.Lister(), namespaces: namespaces.Lister(), networks: samplecrdlisters.NewNetworkLister(networks.GetIndexer()),
 		recorder: recorder, metrics: m, opts: o, reported: map[string]string{}}
 	name := "netpolicy-report"
 	if o.Firewall != nil {
@@ -115,8 +117,8 @@ func New(ctx context.Context, policies policyinformers.MultiNetworkPolicyInforme
 			enqueue(cur)
 		}
 	}
-	for informer, handler := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{policies.Informer(): handler, pods.Informer(): podHandler,
-		namespaces.Informer(): handler, networks.Informer(): handler} {
+	for informer, handler := range map[networkcache.Source]cache.ResourceEventHandler{policies.Informer(): handler, pods.Informer(): podHandler,
+		namespaces.Informer(): handler, networks: handler} {
 		handled, err := informer.AddEventHandlerWithOptions(handler, cache.HandlerOptions{Logger: &logger})
 		if err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)

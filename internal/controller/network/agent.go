@@ -35,10 +35,14 @@ type Reporter interface {
 }
 
 // Demand says which Networks a node needs: those its pods hold
-// interfaces on, until a while after the last one left.
+// interfaces on, until a while after the last one left. The node's cache
+// holds those alone (networkcache.ByName).
 type Demand interface {
 	// Wants reports whether the node needs the Network of uid.
 	Wants(uid types.UID) bool
+	// Release tells that the node has nothing left of the Network of that
+	// name: the cache may stop following it, unless it is needed.
+	Release(name cache.ObjectName)
 }
 
 // Agent is the outcome of a node's agent (`netop agent`): the controller
@@ -74,6 +78,20 @@ func (o *agentOutcome) wanted(n *samplecrdv2.Network) bool {
 
 func (o *agentOutcome) seen(*samplecrdv2.Network) {}
 
+// orphaned: on demand, the cache holds the Networks the node needs, and a
+// backend network of any other goes unless something is attached to it
+// (the in-use guard of unrealise); else its Network no longer exists.
+func (o *agentOutcome) orphaned(ctx context.Context, owner backend.Owner) bool {
+	if o.demand == nil {
+		return !o.c.liveNetworkExists(ctx, owner)
+	}
+	if o.demand.Wants(owner.UID) {
+		return false
+	}
+	inUse, err := o.c.backend.InUse(ctx, owner)
+	return err == nil && !inUse
+}
+
 // deleted keeps n's UID for gone: the cache no longer has it then.
 func (o *agentOutcome) deleted(n *samplecrdv2.Network) {
 	o.deletedUIDs.Store(cache.MetaObjectToName(n), n.UID)
@@ -94,6 +112,7 @@ func (o *agentOutcome) converged(n *samplecrdv2.Network) bool {
 func (o *agentOutcome) gone(ctx context.Context, name cache.ObjectName) error {
 	v, ok := o.deletedUIDs.Load(name)
 	if !ok {
+		o.release(name)
 		return nil
 	}
 	uid := v.(types.UID)
@@ -106,7 +125,16 @@ func (o *agentOutcome) gone(ctx context.Context, name cache.ObjectName) error {
 	o.report.Forget(uid)
 	c.countDeleted()
 	klog.FromContext(ctx).Info("Backend network of a deleted Network removed", "uid", uid)
+	o.release(name)
 	return nil
+}
+
+// release tells the demand, if any, that the node has nothing left of the
+// Network of that name.
+func (o *agentOutcome) release(name cache.ObjectName) {
+	if o.demand != nil {
+		o.demand.Release(name)
+	}
 }
 
 // deleting does nothing: pods may still use the Network, so the bridge
@@ -145,7 +173,10 @@ func (o *agentOutcome) record(_ context.Context, _, n *samplecrdv2.Network, read
 		// controller gave the Network its VNI, which is a new event.
 	case ready == metav1.ConditionTrue:
 		o.report.Ready(n)
-	case reason == samplecrd.ReasonOverlap, reason == reasonNotNeeded:
+	case reason == reasonNotNeeded:
+		o.report.Forget(n.UID)
+		o.release(cache.MetaObjectToName(n))
+	case reason == samplecrd.ReasonOverlap:
 		o.report.Forget(n.UID)
 	default:
 		o.report.Failed(n, reason, message)

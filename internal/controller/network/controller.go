@@ -23,10 +23,10 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/internal/overlap"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
-	samplecrdinformers "github.com/netop-dev/netop/pkg/generated/informers/externalversions/samplecrd/v2"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
@@ -118,11 +118,12 @@ type Controller struct {
 // a Network; its status follows within about usageDelay.
 func (c *Controller) UsageChanged(name cache.ObjectName) { c.AddAfter(name, usageDelay) }
 
-// New makes a controller on the given informer. Call it before the informer
-// factory is started: it registers an index and event handlers.
-func New(ctx context.Context, client versioned.Interface, informer samplecrdinformers.NetworkInformer,
+// New makes a controller on the given Networks (the shared informer's, or
+// an agent's own). Call it before they are started: it registers an index
+// and event handlers.
+func New(ctx context.Context, client versioned.Interface, networks networkcache.Source,
 	be backend.Backend, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
-	if err := informer.Informer().AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
+	if err := networks.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
 		n, ok := obj.(*samplecrdv2.Network)
 		if !ok {
 			return nil, nil
@@ -133,8 +134,8 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 	}
 	c := &Controller{
 		client:   client,
-		lister:   informer.Lister(),
-		indexer:  informer.Informer().GetIndexer(),
+		lister:   samplecrdlisters.NewNetworkLister(networks.GetIndexer()),
+		indexer:  networks.GetIndexer(),
 		backend:  be,
 		recorder: recorder,
 		metrics:  m,
@@ -160,7 +161,7 @@ func New(ctx context.Context, client versioned.Interface, informer samplecrdinfo
 		c.addresses.OnUsageChanged(c.UsageChanged)
 	}
 	logger := klog.FromContext(ctx)
-	registration, err := informer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	registration, err := networks.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			n, ok := obj.(*samplecrdv2.Network)
 			if !ok {

@@ -2,6 +2,8 @@ package network
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,20 +29,26 @@ func (r report) Retain(keep func(types.UID) bool) {
 	}
 }
 
-// demand is which Networks a node needs, set by hand.
-type demand map[types.UID]bool
+// demand is which Networks a node needs, set by hand; released records
+// the names Release was told of.
+type demand struct {
+	wants    map[types.UID]bool
+	released []cache.ObjectName
+}
 
-func (d demand) Wants(uid types.UID) bool { return d[uid] }
+func (d *demand) Wants(uid types.UID) bool      { return d.wants[uid] }
+func (d *demand) Release(name cache.ObjectName) { d.released = append(d.released, name) }
 
 // Issue 37: an agent on demand builds and reports a Network its node
 // needs; once the node no longer needs it, the sync removes the backend
 // network and forgets it in the report, without a write to the Network;
 // but while something on the node is attached to it (a pod attached just
 // before its allocation reached the node's cache), it keeps it. A resync
-// finds an unneeded, unbuilt, unreported Network in sync.
+// finds an unneeded, unbuilt, unreported Network in sync. Once removed,
+// the node's cache is told it may stop following it.
 func TestSyncOnDemand(t *testing.T) {
 	n := network("net1", "10.0.0.0/24", "10.0.0.1")
-	r, d := report{}, demand{n.UID: true}
+	r, d := report{}, &demand{wants: map[types.UID]bool{n.UID: true}}
 	f := newFixtureWith(t, Options{Workers: 1, Resync: time.Hour, Outcome: Agent(r, false, d)}, n)
 	sync := func() {
 		t.Helper()
@@ -58,11 +66,11 @@ func TestSyncOnDemand(t *testing.T) {
 		t.Fatalf("needed: built %v, report %v", built(), r)
 	}
 
-	d[n.UID] = false
+	d.wants[n.UID] = false
 	f.backend.SetInUse(n.UID, true)
 	sync()
-	if !built() || r[n.UID] != n.Generation {
-		t.Errorf("no longer needed, but a pod's port on it: built %v, report %v; want kept", built(), r)
+	if !built() || r[n.UID] != n.Generation || len(d.released) != 0 {
+		t.Errorf("no longer needed, but a pod's port on it: built %v, report %v, released %v; want kept", built(), r, d.released)
 	}
 
 	f.backend.SetInUse(n.UID, false)
@@ -70,10 +78,57 @@ func TestSyncOnDemand(t *testing.T) {
 	if built() || len(r) != 0 {
 		t.Errorf("no longer needed: built %v, report %v; want neither", built(), r)
 	}
+	if want := []cache.ObjectName{cache.MetaObjectToName(n)}; !slices.Equal(d.released, want) {
+		t.Errorf("released %v, want %v", d.released, want)
+	}
 	if got := f.actions(); len(got) != 0 {
 		t.Errorf("an agent wrote %v", got)
 	}
 	if !f.controller.inSync(n, nil) {
 		t.Error("an unneeded Network without a backend network or a report is not in sync")
+	}
+}
+
+// Issue 37: an agent on demand caches only the Networks its node needs.
+// The resync removes a backend network whose Network is not in the cache
+// (an agent restarted after its last pod left) without asking the API
+// server, unless the node needs it (its cache is still listing it) or
+// something is attached to it.
+func TestResyncOnDemand(t *testing.T) {
+	used, left := network("used", "10.0.0.0/24", "10.0.0.1"), network("left", "10.0.1.0/24", "10.0.1.1")
+	r, d := report{}, &demand{wants: map[types.UID]bool{used.UID: true, left.UID: true}}
+	f := newFixtureWith(t, Options{Workers: 1, Resync: time.Hour, Outcome: Agent(r, false, d)}, used, left)
+	for _, n := range []*samplecrdv2.Network{used, left} {
+		if err := f.controller.sync(context.Background(), cache.MetaObjectToName(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cache no longer follows it, as after a restart.
+	if err := f.controller.indexer.Delete(left); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	built := func() []types.UID {
+		return slices.Sorted(maps.Keys(f.backend.Networks()))
+	}
+	both := []types.UID{left.UID, used.UID}
+
+	f.controller.resync(context.Background())
+	if got := built(); !slices.Equal(got, both) {
+		t.Errorf("needed, not yet in the cache: built %v, want %v", got, both)
+	}
+	d.wants[left.UID] = false
+	f.backend.SetInUse(left.UID, true)
+	f.controller.resync(context.Background())
+	if got := built(); !slices.Equal(got, both) {
+		t.Errorf("not needed, but something attached: built %v, want %v", got, both)
+	}
+	f.backend.SetInUse(left.UID, false)
+	f.controller.resync(context.Background())
+	if got, want := built(), []types.UID{used.UID}; !slices.Equal(got, want) {
+		t.Errorf("not needed: built %v, want %v", got, want)
+	}
+	if got := f.actions(); len(got) != 0 {
+		t.Errorf("the agent asked the API server %v", got)
 	}
 }

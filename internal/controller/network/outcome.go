@@ -81,6 +81,9 @@ type Outcome interface {
 	// wanted reports whether n is to have a backend network here at all:
 	// an agent's node realises only the Networks its pods use.
 	wanted(n *samplecrdv2.Network) bool
+	// orphaned reports whether the backend network of owner, which no
+	// Network in the cache claims, is to be removed.
+	orphaned(ctx context.Context, owner backend.Owner) bool
 }
 
 // Standalone is the outcome of netop alone: the controller builds every
@@ -100,6 +103,11 @@ type statusOutcome struct {
 func (o *statusOutcome) bind(c *Controller) Outcome { return &statusOutcome{c: c} }
 
 func (o *statusOutcome) seen(*samplecrdv2.Network) {}
+
+// orphaned: its Network no longer exists, as the API server says.
+func (o *statusOutcome) orphaned(ctx context.Context, owner backend.Owner) bool {
+	return !o.c.liveNetworkExists(ctx, owner)
+}
 
 func (o *statusOutcome) deleted(n *samplecrdv2.Network) { o.written.Delete(n.UID) }
 

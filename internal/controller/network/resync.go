@@ -47,7 +47,7 @@ func (c *Controller) resync(ctx context.Context) {
 			logger.V(4).Info("Leaving a backend network without a cluster record alone", "owner", klog.KRef(o.Namespace, o.Name), "uid", o.UID)
 			continue
 		}
-		if c.liveNetworkExists(ctx, o.Owner) {
+		if !c.outcome.orphaned(ctx, o.Owner) {
 			continue
 		}
 		logger.Info("Deleting orphaned backend network", "owner", klog.KRef(o.Namespace, o.Name), "uid", o.UID)

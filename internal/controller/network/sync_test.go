@@ -63,7 +63,7 @@ func newFixtureWith(t testing.TB, opts Options, networks ...*samplecrdv2.Network
 	}
 	informer := informers.NewSharedInformerFactory(f.client, 0).Samplecrd().V2().Networks()
 	var err error
-	f.controller, err = New(context.Background(), f.client, informer, f.backend, f.recorder, metrics.New(), opts)
+	f.controller, err = New(context.Background(), f.client, informer.Informer(), f.backend, f.recorder, metrics.New(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,7 +634,7 @@ func TestSyncReservedPrefixes(t *testing.T) {
 		client := fake.NewSimpleClientset(n)
 		informer := informers.NewSharedInformerFactory(client, 0).Samplecrd().V2().Networks()
 		be := backendtest.New()
-		c, err := New(context.Background(), client, informer, be, record.NewFakeRecorder(100), metrics.New(),
+		c, err := New(context.Background(), client, informer.Informer(), be, record.NewFakeRecorder(100), metrics.New(),
 			Options{Workers: 1, Resync: time.Hour, AllowReservedPrefixes: allow})
 		if err != nil {
 			t.Fatal(err)
