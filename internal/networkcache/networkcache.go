@@ -86,7 +86,8 @@ func NewByName(client versioned.Interface, namespace string, resync time.Duratio
 }
 
 // SetInitial tells the cache what is done once the names it must watch at
-// start were all given: it counts as synced once their Networks are listed.
+// start were all given: it counts as synced once their Networks are listed
+// (without it, those given before Run).
 func (b *ByName) SetInitial(initial cache.DoneChecker) { b.initial = initial }
 
 // AddIndexers adds indexes to the cache.
@@ -178,15 +179,19 @@ func (b *ByName) Run(ctx context.Context) error {
 // waitInitial waits until the names to watch at start were all given and
 // each was listed (or stopped being watched), or ctx is done.
 func (b *ByName) waitInitial(ctx context.Context) bool {
-	select {
-	case <-b.initial.Done():
-	case <-ctx.Done():
-		return false
+	if b.initial != nil {
+		select {
+		case <-b.initial.Done():
+		case <-ctx.Done():
+			return false
+		}
 	}
 	b.mu.Lock()
 	pending := make([]*nameWatch, 0, len(b.watches))
 	for _, w := range b.watches {
-		pending = append(pending, w)
+		if w.relayed != nil { // else never started: the cache stopped
+			pending = append(pending, w)
+		}
 	}
 	b.mu.Unlock()
 	for _, w := range pending {
@@ -200,8 +205,11 @@ func (b *ByName) waitInitial(ctx context.Context) bool {
 	return true
 }
 
-// start runs the watch of name; b.mu is held.
+// start runs the watch of name, unless the cache stopped; b.mu is held.
 func (b *ByName) start(name cache.ObjectName, w *nameWatch) {
+	if b.ctx.Err() != nil {
+		return
+	}
 	selector := fields.OneTermEqualSelector("metadata.name", name.Name).String()
 	w.informer = samplecrdinformers.NewFilteredNetworkInformer(b.client, name.Namespace, b.resync, nil,
 		func(o *metav1.ListOptions) { o.FieldSelector = selector })
