@@ -20,24 +20,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +46,7 @@ import (
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchproc"
 )
 
 type result struct {
@@ -112,91 +107,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-}
-
-// proc is a netop process and its metrics address.
-type proc struct {
-	cmd     *exec.Cmd
-	metrics string
-}
-
-func start(args []string, metrics, logPath string) (*proc, error) {
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &proc{cmd: cmd, metrics: metrics}, nil
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
-}
-
-// metric sums the samples of a metric family on the process's /metrics.
-func (p *proc) metric(name string) float64 {
-	resp, err := http.Get("http://" + p.metrics + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ' {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
-func (p *proc) ready() bool {
-	resp, err := http.Get("http://" + p.metrics + "/readyz")
-	if err != nil {
-		return false
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// usage is the process's CPU seconds and resident memory in MiB.
-func (p *proc) usage() (cpu, rssMiB float64) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err == nil {
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-		utime, _ := strconv.ParseFloat(f[11], 64)
-		stime, _ := strconv.ParseFloat(f[12], 64)
-		cpu = (utime + stime) / 100 // USER_HZ
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err == nil {
-		for line := range strings.SplitSeq(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-				rssMiB = kb / 1024
-			}
-		}
-	}
-	return cpu, rssMiB
-}
-
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
 }
 
 func run(agentCount, networkCount, perNode int) error {
@@ -260,20 +170,20 @@ func run(agentCount, networkCount, perNode int) error {
 		}
 	}
 
-	controllerAddr := freePort()
-	controller, err := start([]string{binary, "controller", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
+	controllerAddr := benchproc.FreePort()
+	controller, err := benchproc.Start([]string{binary, "controller", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
 		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
 		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr, "--profiling"}, controllerAddr, filepath.Join(dir, "controller.log"))
 	if err != nil {
 		return err
 	}
-	defer controller.stop()
-	startAgent := func(i int) (*proc, error) {
-		addr := freePort()
-		return start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
+	defer controller.Stop()
+	startAgent := func(i int) (*benchproc.Proc, error) {
+		addr := benchproc.FreePort()
+		return benchproc.Start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
 			"--metrics-addr", addr, "--profiling", fmt.Sprintf("--networks-on-demand=%t", perNode > 0)}, addr, filepath.Join(dir, names[i]+".log"))
 	}
-	agents := make([]*proc, agentCount)
+	agents := make([]*benchproc.Proc, agentCount)
 	for i := range agents {
 		if agents[i], err = startAgent(i); err != nil {
 			return err
@@ -281,13 +191,13 @@ func run(agentCount, networkCount, perNode int) error {
 	}
 	defer func() {
 		for _, a := range agents {
-			a.stop()
+			a.Stop()
 		}
 	}()
-	waitReady := func(procs []*proc) error {
+	waitReady := func(procs []*benchproc.Proc) error {
 		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 			for _, p := range procs {
-				if !p.ready() {
+				if !p.Ready() {
 					return false, nil
 				}
 			}
@@ -297,7 +207,7 @@ func run(agentCount, networkCount, perNode int) error {
 	if err := waitReady(append(slices.Clone(agents), controller)); err != nil {
 		return fmt.Errorf("netop processes not ready: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, controller.metrics, agents[0].metrics, networkCount)
+	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, controller.Metrics, agents[0].Metrics, networkCount)
 
 	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount, PerNode: perNode}
 	began := time.Now()
@@ -385,9 +295,9 @@ func run(agentCount, networkCount, perNode int) error {
 			writes, requests = nil, nil
 			total := 0.0
 			for _, a := range agents {
-				w := a.metric("netop_api_writes_total")
+				w := a.Metric("netop_api_writes_total")
 				writes = append(writes, w)
-				requests = append(requests, a.metric("netop_api_requests_total"))
+				requests = append(requests, a.Metric("netop_api_requests_total"))
 				total += w
 			}
 			if total == prev {
@@ -399,11 +309,11 @@ func run(agentCount, networkCount, perNode int) error {
 	}
 	startWrites, startRequests := quiet()
 	res.StartWrites, res.StartRequests = statOf(startWrites), statOf(startRequests)
-	res.ControllerWrites = controller.metric("netop_api_writes_total")
-	res.ControllerCPUS, res.ControllerRSSMiB = controller.usage()
+	res.ControllerWrites = controller.Metric("netop_api_writes_total")
+	res.ControllerCPUS, res.ControllerRSSMiB = controller.Usage()
 	var cpus, rss []float64
 	for _, a := range agents {
-		c, r := a.usage()
+		c, r := a.Usage()
 		cpus, rss = append(cpus, c), append(rss, r)
 	}
 	res.AgentCPUS, res.AgentRSSMiB = statOf(cpus), statOf(rss)
@@ -416,7 +326,7 @@ func run(agentCount, networkCount, perNode int) error {
 
 	fmt.Fprintln(os.Stderr, "restarting every agent")
 	for i, a := range agents {
-		a.stop()
+		a.Stop()
 		if agents[i], err = startAgent(i); err != nil {
 			return err
 		}

@@ -1,0 +1,106 @@
+// Package benchproc runs the processes a bench measures (netop's
+// controller, agents, operator) and reads what they cost: their metrics,
+// readiness, CPU and memory.
+package benchproc
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Proc is a process and the address of its /metrics and /readyz.
+type Proc struct {
+	cmd     *exec.Cmd
+	Metrics string
+}
+
+// Start runs args with its output in logPath; it dies with the bench.
+func Start(args []string, metrics, logPath string) (*Proc, error) {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &Proc{cmd: cmd, Metrics: metrics}, nil
+}
+
+// Stop stops the process with SIGTERM and waits for it.
+func (p *Proc) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// Metric sums the samples of a metric family on the process's /metrics;
+// -1 if it cannot be read.
+func (p *Proc) Metric(name string) float64 {
+	resp, err := http.Get("http://" + p.Metrics + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ' {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// Ready reports whether the process's /readyz answers 200.
+func (p *Proc) Ready() bool {
+	resp, err := http.Get("http://" + p.Metrics + "/readyz")
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Usage is the process's CPU seconds and resident memory in MiB.
+func (p *Proc) Usage() (cpu, rssMiB float64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err == nil {
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		cpu = (utime + stime) / 100 // USER_HZ
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err == nil {
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				rssMiB = kb / 1024
+			}
+		}
+	}
+	return cpu, rssMiB
+}
+
+// FreePort is a free TCP address on 127.0.0.1.
+func FreePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}

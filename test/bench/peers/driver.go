@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchproc"
+)
+
+// driver plays the runtime: it makes pods and their namespaces and runs
+// the plugins on them, as containerd would for a kubelet.
+type driver struct {
+	kube        kubernetes.Interface
+	runtime     *libcni.CNIConfig
+	namespace   string
+	node        string
+	operator    *benchproc.Proc
+	cp          *controlplane.ControlPlane
+	concurrency int
+}
+
+// sandbox is a pod as the runtime sees it.
+type sandbox struct {
+	pod   *corev1.Pod
+	netns string
+	add   time.Duration
+	ips   []netip.Addr
+	err   error
+}
+
+func (s *sandbox) rt() *libcni.RuntimeConf {
+	id := "peers-" + string(s.pod.UID)
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: filepath.Join("/run/netns", s.netns), IfName: "net1", Args: [][2]string{
+		{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", s.pod.Namespace}, {"K8S_POD_NAME", s.pod.Name},
+		{"K8S_POD_INFRA_CONTAINER_ID", id}, {"K8S_POD_UID", string(s.pod.UID)},
+	}}
+}
+
+// usage is what the run has cost so far.
+type usage struct {
+	requests                 map[string]float64
+	plugins, bench, operator float64
+}
+
+func (d *driver) usage(ctx context.Context) (usage, error) {
+	var u usage
+	var err error
+	if u.requests, err = d.requests(ctx); err != nil {
+		return u, err
+	}
+	var children, self syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	u.plugins = seconds(children)
+	u.bench = seconds(self)
+	u.operator, _ = d.operator.Usage()
+	return u, nil
+}
+
+func seconds(r syscall.Rusage) float64 {
+	return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
+}
+
+// requests are the API server's requests so far, "VERB resource" → count.
+func (d *driver) requests(ctx context.Context) (map[string]float64, error) {
+	raw, err := d.kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	family, ok := families["apiserver_request_total"]
+	if !ok {
+		return out, nil
+	}
+	for _, m := range family.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["resource"] == "" {
+			continue // /metrics, /readyz, discovery
+		}
+		resource := labels["resource"]
+		if labels["subresource"] != "" {
+			resource += "/" + labels["subresource"]
+		}
+		out[labels["verb"]+" "+resource] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// attach makes n pods named after label and attaches each with conf, at
+// most d.concurrency at once, and measures it.
+func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.NetworkConfigList, label string, n int) (outcome, []*sandbox, error) {
+	sandboxes := make([]*sandbox, n)
+	for k := range sandboxes {
+		name := nettest.NetnsName("pp")
+		if err := linux.EnsureNetns(name); err != nil {
+			return outcome{}, nil, err
+		}
+		sandboxes[k] = &sandbox{netns: name, pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: d.namespace, Name: fmt.Sprintf("%s-%s-%d", i.name, label, k), Annotations: i.podMeta(s)},
+			Spec: corev1.PodSpec{NodeName: d.node, Containers: []corev1.Container{{Name: "c", Image: "none"}},
+				TerminationGracePeriodSeconds: new(int64)},
+		}}
+	}
+	before, err := d.usage(ctx)
+	if err != nil {
+		return outcome{}, nil, err
+	}
+	start := time.Now()
+	sem := make(chan struct{}, d.concurrency)
+	var wg sync.WaitGroup
+	for _, sb := range sandboxes {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			created, err := d.kube.CoreV1().Pods(d.namespace).Create(ctx, sb.pod, metav1.CreateOptions{})
+			if err != nil {
+				sb.err = fmt.Errorf("creating the pod: %w", err)
+				return
+			}
+			sb.pod = created
+			began := time.Now()
+			res, err := d.runtime.AddNetworkList(ctx, conf, sb.rt())
+			sb.add = time.Since(began)
+			if err != nil {
+				sb.err = err
+				return
+			}
+			r, err := current.NewResultFromResult(res)
+			if err != nil {
+				sb.err = err
+				return
+			}
+			for _, ip := range r.IPs {
+				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+					sb.ips = append(sb.ips, a.Unmap())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	after, err := d.usage(ctx)
+	if err != nil {
+		return outcome{}, nil, err
+	}
+	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}}
+	var adds []time.Duration
+	seen := map[netip.Addr]int{}
+	for _, sb := range sandboxes {
+		if sb.err != nil {
+			o.Failures++
+			if len(o.Errors) < 5 {
+				o.Errors = append(o.Errors, fmt.Sprintf("%s: %v", sb.pod.Name, sb.err))
+			}
+			continue
+		}
+		if len(sb.ips) == 0 {
+			o.Failures++
+			continue
+		}
+		adds = append(adds, sb.add)
+		for _, ip := range sb.ips {
+			if seen[ip]++; seen[ip] == 2 {
+				o.Duplicates++
+			}
+		}
+	}
+	slices.Sort(adds)
+	if len(adds) > 0 {
+		o.P50S = adds[len(adds)*50/100].Seconds()
+		o.P99S = adds[min(len(adds)-1, len(adds)*99/100)].Seconds()
+	}
+	for k, v := range after.requests {
+		if delta := v - before.requests[k]; delta > 0 {
+			o.Requests[k] = delta / float64(n)
+		}
+	}
+	o.PluginCPU = (after.plugins - before.plugins) / float64(n) * 1000
+	o.NetopCPU = (after.operator - before.operator) / float64(n) * 1000
+	o.BenchCPU = (after.bench - before.bench) / float64(n) * 1000
+	return o, sandboxes, nil
+}
+
+// detach runs DEL on every sandbox, deletes its pod and its namespace.
+func (d *driver) detach(ctx context.Context, conf *libcni.NetworkConfigList, sandboxes []*sandbox) error {
+	sem := make(chan struct{}, d.concurrency)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, sb := range sandboxes {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var err error
+			if sb.pod.UID != "" {
+				err = d.runtime.DelNetworkList(ctx, conf, sb.rt())
+				if delErr := d.kube.CoreV1().Pods(d.namespace).Delete(ctx, sb.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err == nil {
+					err = delErr
+				}
+			}
+			if nsErr := nettest.DeleteNetns(sb.netns); err == nil {
+				err = nsErr
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", sb.pod.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("%d pods not detached, the first: %w", len(errs), errs[0])
+	}
+	// Without a kubelet, a deleted pod goes at once (no grace period).
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := d.kube.CoreV1().Pods(d.namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+}
+
+// confList is a configuration list of one plugin, at CNI 1.0.0.
+func confList(name string, pluginConf any) (*libcni.NetworkConfigList, error) {
+	data, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": []any{pluginConf}})
+	if err != nil {
+		return nil, err
+	}
+	return libcni.ConfListFromBytes(data)
+}
+
+// rangeOf is the first and last of the n addresses a scenario hands out:
+// after the prefix's first (the network) and second (the gateway).
+func rangeOf(s scenario, n int) (first, last netip.Addr) {
+	first = s.prefix.Addr().Next().Next()
+	return first, addrPlus(first, n-1)
+}
+
+func addrPlus(a netip.Addr, n int) netip.Addr {
+	v := binary.BigEndian.Uint32(a.AsSlice()) + uint32(n)
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+// createNetwork makes the scenario's Network and waits for it: with
+// exactly n addresses free when the scenario is exact, every address after
+// them reserved.
+func createNetwork(ctx context.Context, client versioned.Interface, namespace string, s scenario, n int) error {
+	spec := samplecrdv2.NetworkSpec{CIDRs: []string{s.prefix.String()}, Gateways: []string{s.prefix.Addr().Next().String()}}
+	if s.exact {
+		_, last := rangeOf(s, n)
+		broadcast := addrPlus(s.prefix.Addr(), 1<<(32-s.prefix.Bits())-1)
+		if last.Next() != broadcast {
+			spec.Reserved = []string{last.Next().String() + "-" + broadcast.Prev().String()}
+		}
+	}
+	nw := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Name: s.name}, Spec: spec}
+	if _, err := client.SamplecrdV2().Networks(namespace).Create(ctx, nw, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Network %s: %w", s.name, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.SamplecrdV2().Networks(namespace).Get(ctx, s.name, metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionTrue(got.Status.Conditions, samplecrd.ConditionReady), nil
+	})
+}
+
+// bringUpLoopback brings up the namespace's lo: the control plane
+// listens there.
+func bringUpLoopback() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(lo)
+}
+
+// report prints the outcomes as a table and as JSON lines.
+func report(c config, outcomes []outcome) {
+	fmt.Printf("%d pods per scenario, %d at once, whereabouts %s, %s\n", c.pods, c.concurrency, c.whereaboutsVersion, time.Now().UTC().Format(time.RFC3339))
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "scenario\tipam\tall attached\tADD p50\tADD p99\tfailures\tduplicates\tplugin CPU/pod\tnetop CPU/pod\tcontrol plane+driver CPU/pod\tAPI requests/pod")
+	for _, o := range outcomes {
+		var reqs []string
+		for _, k := range slices.Sorted(maps.Keys(o.Requests)) {
+			reqs = append(reqs, fmt.Sprintf("%s %.2f", k, o.Requests[k]))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.1f s\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%s\n", o.Scenario, o.IPAM, o.Seconds, o.P50S*1000, o.P99S*1000,
+			o.Failures, o.Duplicates, o.PluginCPU, o.NetopCPU, o.BenchCPU, strings.Join(reqs, ", "))
+	}
+	_ = w.Flush()
+	for _, o := range outcomes {
+		for _, e := range o.Errors {
+			fmt.Printf("%s, %s: %s\n", o.IPAM, o.Scenario, e)
+		}
+	}
+	for _, o := range outcomes {
+		line, _ := json.Marshal(o)
+		fmt.Println(string(line))
+	}
+}

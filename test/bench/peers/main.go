@@ -1,0 +1,366 @@
+// Command peers measures netop's pod attachment side by side with a
+// peer's, in one run on one control plane: whereabouts (Multus's IPAM,
+// built from its Go module at bench time, its CRDs installed from the same
+// module) under the reference bridge plugin, against netop's CNI plugin as
+// a delegate for one Network. Both are driven through libcni as containerd
+// drives them; each "pod" is a real pod object bound to a Node without a
+// kubelet, and a throwaway network namespace.
+//
+// Scenarios, each with both IPAMs: exact (N pods at once, at most C in
+// flight, exactly N free addresses), wide (the same in a /16), recreate
+// (every pod of exact deleted, then N new ones). For each: the time until
+// all N are attached, ADD p50/p99, failures, duplicate addresses, the API
+// server's requests per pod by verb and resource (its own request
+// metrics), and CPU: the plugin processes', netop's operator's, and the
+// bench process's (the embedded control plane and the driver).
+//
+// The whole run is in a network namespace of its own, which goes with it.
+//
+// Run it as root: go run ./test/bench/peers --pods 1000 --concurrency 50
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/install"
+	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/nettest"
+	"github.com/netop-dev/netop/internal/testing/testenv"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchproc"
+)
+
+// whereaboutsModule is the peer, as the Go module proxy serves it.
+const whereaboutsModule = "github.com/k8snetworkplumbingwg/whereabouts"
+
+// The bench's second self, the one inside its namespace, is told where
+// the binaries are built (inNetnsEnv: DIR/bin) and where whereabouts'
+// module is.
+const (
+	inNetnsEnv     = "NETOP_PEERS_DIR"
+	whereaboutsEnv = "NETOP_PEERS_WHEREABOUTS"
+)
+
+type config struct {
+	pods, concurrency  int
+	whereaboutsVersion string
+	only               string
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.pods, "pods", 1000, "pods per scenario (N)")
+	flag.IntVar(&c.concurrency, "concurrency", 50, "CNI ADDs in flight at once")
+	flag.StringVar(&c.whereaboutsVersion, "whereabouts-version", "v0.9.2", "the version of "+whereaboutsModule+" to build")
+	flag.StringVar(&c.only, "only", "", "run one IPAM: netop or whereabouts (default both)")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "peers: run as root: the plugins make network namespaces, bridges and veths")
+		os.Exit(2)
+	}
+	if c.pods < 1 || c.pods > 60000 || c.concurrency < 1 {
+		fmt.Fprintln(os.Stderr, "peers: --pods from 1 to 60000, --concurrency at least 1")
+		os.Exit(2)
+	}
+	var err error
+	if dir := os.Getenv(inNetnsEnv); dir == "" {
+		err = inOwnNetns(c)
+	} else {
+		err = run(c, dir, os.Getenv(whereaboutsEnv))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(1)
+	}
+}
+
+// inOwnNetns builds the binaries (the module proxy is outside the bench's
+// namespace), then runs the bench again inside a network namespace of its
+// own (and, through ip netns exec, a mount namespace whose netns mounts
+// go with it), then removes the namespace: whatever the run leaves,
+// bridges, veths or pods' namespaces, goes with it.
+func inOwnNetns(c config) error {
+	dir, err := os.MkdirTemp("", "netop-bench-peers-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	whereaboutsDir, err := build(filepath.Join(dir, "bin"), c.whereaboutsVersion)
+	if err != nil {
+		return err
+	}
+	name := nettest.NetnsName("peers")
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns add %s: %w: %s", name, err, out)
+	}
+	defer func() { _ = nettest.DeleteNetns(name) }()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", name, self}, os.Args[1:]...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), inNetnsEnv+"="+dir, whereaboutsEnv+"="+whereaboutsDir)
+	return cmd.Run()
+}
+
+// ipam is one side of the comparison.
+type ipam struct {
+	name    string
+	conf    func(scenario) (*libcni.NetworkConfigList, error)
+	podMeta func(scenario) map[string]string
+	// free waits until every address of the scenario is free again.
+	free func(context.Context, scenario) error
+}
+
+// scenario is what a run of N pods is on.
+type scenario struct {
+	name string
+	// prefix is the range's; netop's Network has its gateway first and
+	// every address after the first N reserved, whereabouts' range the
+	// same N.
+	prefix netip.Prefix
+	exact  bool
+}
+
+// outcome is one IPAM's run of one scenario.
+type outcome struct {
+	IPAM       string             `json:"ipam"`
+	Scenario   string             `json:"scenario"`
+	Pods       int                `json:"pods"`
+	Seconds    float64            `json:"seconds"`
+	P50S       float64            `json:"addP50S"`
+	P99S       float64            `json:"addP99S"`
+	Failures   int                `json:"failures"`
+	Errors     []string           `json:"errors,omitempty"`
+	Duplicates int                `json:"duplicates"`
+	Requests   map[string]float64 `json:"requestsPerPod"`
+	PluginCPU  float64            `json:"pluginCPUPerPodMs"`
+	NetopCPU   float64            `json:"operatorCPUPerPodMs"`
+	BenchCPU   float64            `json:"controlPlaneAndDriverCPUPerPodMs"`
+}
+
+// run is the bench inside its namespace: dir holds the binaries (bin),
+// whereaboutsDir is whereabouts' module.
+func run(c config, dir, whereaboutsDir string) error {
+	ctx := context.Background()
+	if err := bringUpLoopback(); err != nil {
+		return err
+	}
+	bin := filepath.Join(dir, "bin")
+
+	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: filepath.Join(dir, "cp")})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	if err := install.CRDs(ctx, cfg); err != nil {
+		return err
+	}
+	if err := installWhereaboutsCRDs(ctx, cfg, whereaboutsDir); err != nil {
+		return err
+	}
+	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
+		return err
+	}
+	const namespace = "peers"
+	if err := install.Namespace(ctx, cfg, namespace); err != nil {
+		return err
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	netop := versioned.NewForConfigOrDie(cfg)
+	const node = "peers-node"
+	if err := testenv.RegisterNode(ctx, kube, node, "10.254.0.1"); err != nil {
+		return err
+	}
+	metricsAddr := benchproc.FreePort()
+	operator, err := benchproc.Start([]string{filepath.Join(bin, "netop"), "run", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
+		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
+		"--operator-namespace", "netop-system", "--metrics-addr", metricsAddr}, metricsAddr, filepath.Join(dir, "netop.log"))
+	if err != nil {
+		return err
+	}
+	defer operator.Stop()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return operator.Ready(), nil
+	}); err != nil {
+		return fmt.Errorf("netop not ready (its log: %s): %w", filepath.Join(dir, "netop.log"), err)
+	}
+
+	scenarios := []scenario{
+		{name: "exact", prefix: netip.MustParsePrefix("10.200.0.0/16"), exact: true},
+		{name: "wide", prefix: netip.MustParsePrefix("10.201.0.0/16")},
+	}
+	// The plugins' stderr (whereabouts logs its leader election there)
+	// goes to a file, as containerd's goes to its log.
+	pluginLog, err := os.Create(filepath.Join(dir, "plugins.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pluginLog.Close() }()
+	runtime := libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(dir, "cni-cache"),
+		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: pluginLog}, PluginDecoder: version.PluginDecoder{}})
+	netopIPAM := ipam{
+		name: "netop",
+		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
+			pc := plugin.Config{Kubeconfig: cp.KubeconfigPath, DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
+			pc.Type = plugin.Type
+			return confList("netop-"+s.name, pc)
+		},
+		podMeta: func(s scenario) map[string]string { return map[string]string{netselect.NetworksAnnotation: s.name} },
+		free: func(ctx context.Context, s scenario) error {
+			return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+				n, err := netop.SamplecrdV2().Networks(namespace).Get(ctx, s.name, metav1.GetOptions{})
+				return err == nil && n.Status.Addresses != nil && n.Status.Addresses.Allocated == 0, nil
+			})
+		},
+	}
+	// The flat file whereabouts' DaemonSet installs on every node: its DEL
+	// refuses to work without one.
+	flatFile := filepath.Join(dir, "whereabouts.conf")
+	flat, err := json.Marshal(map[string]any{"datastore": "kubernetes", "kubernetes": map[string]any{"kubeconfig": cp.KubeconfigPath}})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(flatFile, flat, 0o600); err != nil {
+		return err
+	}
+	whereabouts := ipam{
+		name: "whereabouts",
+		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
+			first, last := rangeOf(s, c.pods)
+			r := map[string]any{"type": "whereabouts", "range": s.prefix.String(), "range_start": first.String(), "range_end": last.String(),
+				"gateway": s.prefix.Addr().Next().String(), "kubernetes": map[string]any{"kubeconfig": cp.KubeconfigPath}, "configuration_path": flatFile,
+				"log_file": filepath.Join(dir, "whereabouts.log"), "log_level": "error"}
+			if !s.exact {
+				delete(r, "range_end")
+			}
+			return confList("whereabouts-"+s.name, map[string]any{"type": "bridge", "bridge": "wb-" + s.name, "isGateway": true, "ipam": r})
+		},
+		podMeta: func(scenario) map[string]string { return nil },
+		// DEL releases the addresses before it returns.
+		free: func(context.Context, scenario) error { return nil },
+	}
+	for _, s := range scenarios {
+		if err := createNetwork(ctx, netop, namespace, s, c.pods); err != nil {
+			return err
+		}
+	}
+	var ipams []ipam
+	for _, i := range []ipam{netopIPAM, whereabouts} {
+		if c.only == "" || c.only == i.name {
+			ipams = append(ipams, i)
+		}
+	}
+	if len(ipams) == 0 {
+		return fmt.Errorf("--only %q: netop or whereabouts", c.only)
+	}
+	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, cp: cp, concurrency: c.concurrency}
+	var outcomes []outcome
+	for _, s := range scenarios {
+		for _, i := range ipams {
+			conf, err := i.conf(s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "%s, %s: %d pods, %d at once\n", i.name, s.name, c.pods, c.concurrency)
+			o, pods, err := d.attach(ctx, i, s, conf, s.name, c.pods)
+			if err != nil {
+				return err
+			}
+			outcomes = append(outcomes, o)
+			if err := d.detach(ctx, conf, pods); err != nil {
+				return err
+			}
+			if err := i.free(ctx, s); err != nil {
+				return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, s.name, err)
+			}
+			if !s.exact {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "%s, recreate: %d new pods\n", i.name, c.pods)
+			o, pods, err = d.attach(ctx, i, s, conf, "recreate", c.pods)
+			if err != nil {
+				return err
+			}
+			outcomes = append(outcomes, o)
+			if err := d.detach(ctx, conf, pods); err != nil {
+				return err
+			}
+			if err := i.free(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+	report(c, outcomes)
+	return nil
+}
+
+// build builds netop, its CNI plugin and whereabouts' into bin, and
+// returns where whereabouts' module is.
+func build(bin, version string) (string, error) {
+	for _, b := range []struct{ out, pkg string }{{"netop", "./cmd/netop"}, {plugin.Type, "./cmd/netop-cni"}} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s: %w\n%s", b.pkg, err, out)
+		}
+	}
+	out, err := exec.Command("go", "mod", "download", "-json", whereaboutsModule+"@"+version).Output()
+	if err != nil {
+		return "", fmt.Errorf("downloading %s@%s: %w", whereaboutsModule, version, err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("downloading %s@%s: %v %s", whereaboutsModule, version, err, mod.Error)
+	}
+	// Its own module, with its own requirements and replacements.
+	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "whereabouts"), "./cmd/")
+	cmd.Dir = mod.Dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building whereabouts: %w\n%s", err, out)
+	}
+	// The reference bridge plugin, as Debian ships it.
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		return "", fmt.Errorf("the bridge plugin (apt install containernetworking-plugins): %w", err)
+	}
+	return mod.Dir, os.Symlink("/usr/lib/cni/bridge", filepath.Join(bin, "bridge"))
+}
+
+// installWhereaboutsCRDs installs the CRDs whereabouts' module ships.
+func installWhereaboutsCRDs(ctx context.Context, cfg *rest.Config, moduleDir string) error {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, name := range []string{"whereabouts.cni.cncf.io_ippools.yaml", "whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml"} {
+		data, err := os.ReadFile(filepath.Join(moduleDir, "doc", "crds", name))
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(data, crd); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		crds = append(crds, crd)
+	}
+	return install.ApplyCRDs(ctx, cfg, crds...)
+}
