@@ -316,13 +316,13 @@ func bringUpLoopback() error {
 func report(c config, outcomes []outcome) {
 	fmt.Printf("%d pods per scenario, %d at once, whereabouts %s, %s\n", c.pods, c.concurrency, c.whereaboutsVersion, time.Now().UTC().Format(time.RFC3339))
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "scenario\tipam\tall attached\tADD p50\tADD p99\tfailures\tduplicates\tplugin CPU/pod\tnetop CPU/pod\tcontrol plane+driver CPU/pod\tAPI requests/pod")
+	_, _ = fmt.Fprintln(w, "scenario\tipam\tall attached\tADD p50\tADD p99\tfailures\tduplicates\tplugin CPU/pod\tnetop CPU/pod\tcontrol plane+driver CPU/pod\tAPI requests/pod")
 	for _, o := range outcomes {
 		var reqs []string
 		for _, k := range slices.Sorted(maps.Keys(o.Requests)) {
 			reqs = append(reqs, fmt.Sprintf("%s %.2f", k, o.Requests[k]))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%.1f s\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%s\n", o.Scenario, o.IPAM, o.Seconds, o.P50S*1000, o.P99S*1000,
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%.1f s\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%s\n", o.Scenario, o.IPAM, o.Seconds, o.P50S*1000, o.P99S*1000,
 			o.Failures, o.Duplicates, o.PluginCPU, o.NetopCPU, o.BenchCPU, strings.Join(reqs, ", "))
 	}
 	_ = w.Flush()
