@@ -15,6 +15,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,7 +133,10 @@ type result struct {
 	backendChanges  float64
 	// apiBytes are the bytes of API bodies, "direction encoding" → bytes
 	// (netop_api_bytes_total).
-	apiBytes       map[string]float64
+	apiBytes map[string]float64
+	// conversions are the conversion webhook calls the API server made
+	// for Networks during the run, "from → to" → calls (its own metric).
+	conversions    map[string]float64
 	syncedSeconds  float64 // restart: start to caches synced
 	settledSeconds float64 // restart: caches synced to first resync done
 	// restart, as the controller measured them from its start: the initial
@@ -626,14 +630,6 @@ func (c *child) metrics() (map[string]float64, error) {
 		return nil, err
 	}
 	out := map[string]float64{}
-	label := func(m *dto.Metric, name string) string {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == name {
-				return l.GetValue()
-			}
-		}
-		return ""
-	}
 	for _, m := range families["netop_api_writes_total"].GetMetric() {
 		out[label(m, "verb")+" "+label(m, "resource")] = m.GetCounter().GetValue()
 	}
@@ -717,6 +713,11 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 			return nil, err
 		}
 	}
+	conversionsBefore, err := b.conversions(ctx)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
 	start := time.Now()
 	profiled := make(chan error, 1)
 	if a.profiling {
@@ -750,7 +751,48 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		}
 	}
 	r.record(ctx, c)
+	conversions, err := b.conversions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.conversions = map[string]float64{}
+	for k, v := range conversions {
+		if d := v - conversionsBefore[k]; d > 0 {
+			r.conversions[k] = d
+		}
+	}
 	return r, nil
+}
+
+// label is the value of a metric's label, or "".
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// conversions are the conversion webhook calls the API server made for
+// Networks so far, "from → to" → calls.
+func (b *bench) conversions(ctx context.Context) (map[string]float64, error) {
+	raw, err := b.kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_crd_conversion_webhook_duration_seconds"].GetMetric() {
+		if label(m, "crd_name") == "networks.samplecrd.k8s.io" {
+			out[label(m, "from_version")+" → "+label(m, "to_version")] += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return out, nil
 }
 
 // record counts, once the child's counters stop moving (the last status
@@ -854,6 +896,10 @@ func report(c config, steps []step, tutorial *result) {
 		for _, k := range slices.Sorted(maps.Keys(ours.writes)) {
 			fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.writes[k], ours.writes[k]/float64(ours.networks))
 		}
+		fmt.Printf("the API server's conversion webhook calls at N=%d, creates to converged:\n", st.networks)
+		for _, k := range slices.Sorted(maps.Keys(ours.conversions)) {
+			fmt.Printf("  %-28s %8.0f  (%.3f per Network)\n", k, ours.conversions[k], ours.conversions[k]/float64(ours.networks))
+		}
 		fmt.Printf("netop's API bytes at N=%d by direction and encoding:\n", st.networks)
 		for _, k := range slices.Sorted(maps.Keys(ours.apiBytes)) {
 			fmt.Printf("  %-28s %12.0f  (%.0f per Network)\n", k, ours.apiBytes[k], ours.apiBytes[k]/float64(ours.networks))
@@ -891,6 +937,7 @@ func report(c config, steps []step, tutorial *result) {
 			"qps":                                  c.qps,
 			"burst":                                c.burst,
 			"api_bytes_per_network":                perNetwork(ours.apiBytes, ours.networks),
+			"conversions_per_network":              perNetwork(ours.conversions, ours.networks),
 		}
 		if floor := st.floor; floor != nil {
 			out["floor_seconds"] = floor.seconds
