@@ -126,8 +126,10 @@ func (d *Demand) wants(uid types.UID) bool {
 
 // Release is told that the node has nothing left of the Network of that
 // name: unless a pod here is on a Network of that name again, or was until
-// less than the delay ago, the cache stops watching it.
-func (d *Demand) Release(name cache.ObjectName) {
+// less than the delay ago, the cache stops watching it. In the second
+// case it returns when to ask again: a look at the name scheduled for the
+// end of a later delay may have been folded into an earlier one.
+func (d *Demand) Release(name cache.ObjectName) (retryAfter time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var released []types.UID
@@ -135,8 +137,11 @@ func (d *Demand) Release(name cache.ObjectName) {
 		if n != name {
 			continue
 		}
+		if d.users[uid] > 0 {
+			return 0 // its last pod's leaving tells
+		}
 		if d.wants(uid) {
-			return
+			return d.delay - d.now().Sub(d.idle[uid])
 		}
 		released = append(released, uid)
 	}
@@ -145,6 +150,7 @@ func (d *Demand) Release(name cache.ObjectName) {
 	}
 	// Under d.mu: a pod needing the name again waits, and watches it anew.
 	d.networks.Unwatch(name)
+	return 0
 }
 
 // set records the Networks pod is on: none once it finished, since its
@@ -158,8 +164,8 @@ func (d *Demand) set(pod *corev1.Pod) {
 		allocations, _ := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
 		for _, a := range allocations {
 			namespace, name, err := cache.SplitMetaNamespaceKey(a.Network)
-			if err != nil {
-				continue
+			if err != nil || namespace == "" {
+				continue // the allocation controller always names both
 			}
 			on = append(on, networkRef{uid: a.NetworkUID, name: cache.ObjectName{Namespace: namespace, Name: name}})
 		}

@@ -102,6 +102,11 @@ func TestDemand(t *testing.T) {
 	waitTold(t, take, told{"n2", time.Minute})
 	now = now.Add(59 * time.Second)
 	wants(map[types.UID]bool{"n1": true, "n2": true})
+	// Released within its delay: kept, and asked again at its end.
+	if got := d.Release(cache.ObjectName{Namespace: "ns", Name: "n2"}); got != time.Second {
+		t.Errorf("Release of n2 a second before its delay ends: retry after %v, want 1s", got)
+	}
+	networks.want(t, "ns/n1", "ns/n2")
 	now = now.Add(time.Second)
 	wants(map[types.UID]bool{"n1": true, "n2": false})
 	d.Release(cache.ObjectName{Namespace: "ns", Name: "n1"})

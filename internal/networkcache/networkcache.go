@@ -101,7 +101,7 @@ func (b *ByName) AddEventHandlerWithOptions(handler cache.ResourceEventHandler, 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ctx != nil {
-		return nil, errors.New("networkcache: a handler is registered before the cache runs")
+		return nil, errors.New("networkcache: handlers must be registered before the cache runs")
 	}
 	b.handlers = append(b.handlers, handler)
 	return registration{b.synced}, nil

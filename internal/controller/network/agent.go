@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,8 +42,9 @@ type Demand interface {
 	// Wants reports whether the node needs the Network of uid.
 	Wants(uid types.UID) bool
 	// Release tells that the node has nothing left of the Network of that
-	// name: the cache may stop following it, unless it is needed.
-	Release(name cache.ObjectName)
+	// name: the cache may stop following it, unless it is needed; if only
+	// for a while, retryAfter says when to release it again.
+	Release(name cache.ObjectName) (retryAfter time.Duration)
 }
 
 // Agent is the outcome of a node's agent (`netop agent`): the controller
@@ -132,8 +134,11 @@ func (o *agentOutcome) gone(ctx context.Context, name cache.ObjectName) error {
 // release tells the demand, if any, that the node has nothing left of the
 // Network of that name.
 func (o *agentOutcome) release(name cache.ObjectName) {
-	if o.demand != nil {
-		o.demand.Release(name)
+	if o.demand == nil {
+		return
+	}
+	if after := o.demand.Release(name); after > 0 {
+		o.c.AddAfter(name, after)
 	}
 }
 

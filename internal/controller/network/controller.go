@@ -178,14 +178,12 @@ func New(ctx context.Context, client versioned.Interface, networks networkcache.
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			old, cur := oldObj.(*samplecrdv2.Network), newObj.(*samplecrdv2.Network)
-			if needsReconcile(old, cur) {
+			// A node that does not need the Network has nothing to change,
+			// nor does the Network contend there: its need changing
+			// enqueues it, and the resync sweeps what a crash left.
+			if needsReconcile(old, cur) && c.outcome.wanted(cur) {
 				c.contend(cur)
-				// A node that does not need the Network has nothing to
-				// change: its need changing enqueues it, and the resync
-				// sweeps what a crash left.
-				if c.outcome.wanted(cur) {
-					c.Enqueue(newObj)
-				}
+				c.Enqueue(newObj)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -285,6 +283,11 @@ func (c *Controller) nameForUID(uid any) (cache.ObjectName, bool) {
 // overlapping Network builds until this one's sync has decided about it.
 func (c *Controller) record(n *samplecrdv2.Network) {
 	c.outcome.seen(n)
+	if !c.outcome.wanted(n) {
+		// Built nowhere here: it contends with nothing here. Its sync
+		// contends once the node needs it.
+		return
+	}
 	c.contend(n)
 	if e, ok := c.builtEntry(n); ok {
 		c.arbiter.MayBePresent(e)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -36,8 +37,11 @@ type demand struct {
 	released []cache.ObjectName
 }
 
-func (d *demand) Wants(uid types.UID) bool      { return d.wants[uid] }
-func (d *demand) Release(name cache.ObjectName) { d.released = append(d.released, name) }
+func (d *demand) Wants(uid types.UID) bool { return d.wants[uid] }
+func (d *demand) Release(name cache.ObjectName) time.Duration {
+	d.released = append(d.released, name)
+	return 0
+}
 
 // Issue 37: an agent on demand builds and reports a Network its node
 // needs; once the node no longer needs it, the sync removes the backend
@@ -130,5 +134,21 @@ func TestResyncOnDemand(t *testing.T) {
 	}
 	if got := f.actions(); len(got) != 0 {
 		t.Errorf("the agent asked the API server %v", got)
+	}
+}
+
+// Issue 37: on an agent on demand, a Network the node does not need is
+// built nowhere here and contends with nothing here, though the cache
+// delivered it: a younger overlapping Network the node's pods use builds.
+func TestOnDemandUnneededDoesNotContend(t *testing.T) {
+	older, younger := network("older", "10.0.0.0/24", "10.0.0.1"), network("younger", "10.0.0.0/24", "10.0.0.1")
+	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Minute))
+	r, d := report{}, &demand{wants: map[types.UID]bool{younger.UID: true}}
+	f := newFixtureWith(t, Options{Workers: 1, Resync: time.Hour, Outcome: Agent(r, false, d)}, older, younger)
+	if err := f.controller.sync(context.Background(), cache.MetaObjectToName(younger)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.backend.Networks()[younger.UID]; !ok || r[younger.UID] != younger.Generation {
+		t.Errorf("the younger Network the node needs: built %v, report %v; want built and ready", ok, r)
 	}
 }

@@ -177,11 +177,12 @@ func (c *Controller) unrealise(ctx context.Context, cached, n *samplecrdv2.Netwo
 		c.countDeleted()
 		klog.FromContext(ctx).Info("Removed the backend network: no pod on this node uses the Network")
 	}
-	// Nor does it contend here any more: the node's cache may stop
-	// following it, and an overlapping Network its pods use builds.
+	err = c.outcome.record(ctx, cached, n, metav1.ConditionFalse, reasonNotNeeded, "no pod on this node uses it", nil)
+	// Nor does it contend here any more, once the node's cache may have
+	// stopped following it: an overlapping Network its pods use builds.
 	c.enqueueEntries(c.arbiter.Withdraw(n.UID))
 	c.enqueueEntries(c.arbiter.Release(n.UID))
-	return c.outcome.record(ctx, cached, n, metav1.ConditionFalse, reasonNotNeeded, "no pod on this node uses it", nil)
+	return err
 }
 
 // setAddresses puts the address usage in n's status, and whether every
