@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,7 +37,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,6 +60,7 @@ import (
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+	"github.com/netop-dev/netop/test/bench/benchproc"
 )
 
 type config struct {
@@ -631,13 +630,13 @@ func (c *child) metrics() (map[string]float64, error) {
 	}
 	out := map[string]float64{}
 	for _, m := range families["netop_api_writes_total"].GetMetric() {
-		out[label(m, "verb")+" "+label(m, "resource")] = m.GetCounter().GetValue()
+		out[benchproc.Label(m, "verb")+" "+benchproc.Label(m, "resource")] = m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_backend_changes_total"].GetMetric() {
-		out["backend "+label(m, "action")] += m.GetCounter().GetValue()
+		out["backend "+benchproc.Label(m, "action")] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_backend_operation_duration_seconds"].GetMetric() {
-		if label(m, "operation") == backend.OperationList {
+		if benchproc.Label(m, "operation") == backend.OperationList {
 			out["backend list"] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
@@ -645,16 +644,16 @@ func (c *child) metrics() (map[string]float64, error) {
 		out["webhook rejected"] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_api_bytes_total"].GetMetric() {
-		out["bytes "+label(m, "direction")+" "+label(m, "encoding")] = m.GetCounter().GetValue()
+		out["bytes "+benchproc.Label(m, "direction")+" "+benchproc.Label(m, "encoding")] = m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_events_dropped_total"].GetMetric() {
 		out["events dropped"] += m.GetCounter().GetValue()
 	}
 	for _, m := range families["netop_startup_seconds"].GetMetric() {
-		out["startup "+label(m, "phase")] = m.GetGauge().GetValue()
+		out["startup "+benchproc.Label(m, "phase")] = m.GetGauge().GetValue()
 	}
 	for _, m := range families["netop_workqueue_depth"].GetMetric() {
-		if label(m, "name") == "network" {
+		if benchproc.Label(m, "name") == "network" {
 			out["queue depth"] = m.GetGauge().GetValue()
 		}
 	}
@@ -764,32 +763,17 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 	return r, nil
 }
 
-// label is the value of a metric's label, or "".
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
 // conversions are the conversion webhook calls the API server made for
 // Networks so far, "from → to" → calls.
 func (b *bench) conversions(ctx context.Context) (map[string]float64, error) {
-	raw, err := b.kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("the API server's metrics: %w", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	families, err := benchproc.APIServerMetrics(ctx, b.kube)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
 	for _, m := range families["apiserver_crd_conversion_webhook_duration_seconds"].GetMetric() {
-		if label(m, "crd_name") == "networks.samplecrd.k8s.io" {
-			out[label(m, "from_version")+" → "+label(m, "to_version")] += float64(m.GetHistogram().GetSampleCount())
+		if benchproc.Label(m, "crd_name") == "networks.samplecrd.k8s.io" {
+			out[benchproc.Label(m, "from_version")+" → "+benchproc.Label(m, "to_version")] += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return out, nil

@@ -5,6 +5,8 @@ package benchproc
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Proc is a process and the address of its /metrics and /readyz.
@@ -103,4 +111,24 @@ func FreePort() string {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().String()
+}
+
+// APIServerMetrics are the API server's own metrics, by family name.
+func APIServerMetrics(ctx context.Context, kube kubernetes.Interface) (map[string]*dto.MetricFamily, error) {
+	raw, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(bytes.NewReader(raw))
+}
+
+// Label is the value of a metric's label, or "".
+func Label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }

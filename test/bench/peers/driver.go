@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -19,8 +18,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -93,12 +90,7 @@ func seconds(r syscall.Rusage) float64 {
 
 // requests are the API server's requests so far, "VERB resource" → count.
 func (d *driver) requests(ctx context.Context) (map[string]float64, error) {
-	raw, err := d.kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("the API server's metrics: %w", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	families, err := benchproc.APIServerMetrics(ctx, d.kube)
 	if err != nil {
 		return nil, err
 	}
@@ -108,18 +100,14 @@ func (d *driver) requests(ctx context.Context) (map[string]float64, error) {
 		return out, nil
 	}
 	for _, m := range family.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["resource"] == "" {
+		resource := benchproc.Label(m, "resource")
+		if resource == "" {
 			continue // /metrics, /readyz, discovery
 		}
-		resource := labels["resource"]
-		if labels["subresource"] != "" {
-			resource += "/" + labels["subresource"]
+		if sub := benchproc.Label(m, "subresource"); sub != "" {
+			resource += "/" + sub
 		}
-		out[labels["verb"]+" "+resource] += m.GetCounter().GetValue()
+		out[benchproc.Label(m, "verb")+" "+resource] += m.GetCounter().GetValue()
 	}
 	return out, nil
 }

@@ -285,32 +285,24 @@ func run(c config, dir, whereaboutsDir string) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "%s, %s: %d pods, %d at once\n", i.name, s.name, c.pods, c.concurrency)
-			o, pods, err := d.attach(ctx, i, s, conf, s.name, c.pods)
-			if err != nil {
-				return err
+			// N pods attached, then all deleted; on exact, N new ones.
+			rounds := []string{s.name}
+			if s.exact {
+				rounds = append(rounds, "recreate")
 			}
-			outcomes = append(outcomes, o)
-			if err := d.detach(ctx, conf, pods); err != nil {
-				return err
-			}
-			if err := i.free(ctx, s); err != nil {
-				return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, s.name, err)
-			}
-			if !s.exact {
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "%s, recreate: %d new pods\n", i.name, c.pods)
-			o, pods, err = d.attach(ctx, i, s, conf, "recreate", c.pods)
-			if err != nil {
-				return err
-			}
-			outcomes = append(outcomes, o)
-			if err := d.detach(ctx, conf, pods); err != nil {
-				return err
-			}
-			if err := i.free(ctx, s); err != nil {
-				return err
+			for _, label := range rounds {
+				fmt.Fprintf(os.Stderr, "%s, %s: %d pods, %d at once\n", i.name, label, c.pods, c.concurrency)
+				o, pods, err := d.attach(ctx, i, s, conf, label, c.pods)
+				if err != nil {
+					return err
+				}
+				outcomes = append(outcomes, o)
+				if err := d.detach(ctx, conf, pods); err != nil {
+					return err
+				}
+				if err := i.free(ctx, s); err != nil {
+					return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, label, err)
+				}
 			}
 		}
 	}
