@@ -131,7 +131,7 @@ func New(ctx context.Context, o Options, d Deps) (*Server, error) {
 	})
 	s.webhooks = Webhooks(d, s.cidrs)
 	s.server.MountGated(ctx, s.webhooks, s.gate, admissionStartWait)
-	s.server.HandleHTTP(PathConvert, conversion.Converter{Scheme: kubeclient.Scheme}.Handler(ctx))
+	s.server.HandleHTTP(PathConvert, conversion.Converter{Scheme: kubeclient.Scheme()}.Handler(ctx))
 	return s, nil
 }
 

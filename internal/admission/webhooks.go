@@ -201,7 +201,7 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 	}
 	joins := &podnetworks.Admission{Networks: networkLister,
 		Namespaces: tenancy.Namespaces{Lister: d.Namespaces, Kube: d.Kube}, Pins: d.Pins}
-	netAdmission := &networks.Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(kubeclient.Scheme),
+	netAdmission := &networks.Admission{CIDRs: cidrs, Decoder: webhook.NewDecoder(kubeclient.Scheme()),
 		Resolver: netspec.Resolver{AllowReserved: d.AllowReservedPrefixes}, Addresses: d.Addresses}
 	templates := envoy.Finder{ConfigMaps: d.Templates, OperatorNamespace: d.OperatorNamespace, AllowPrivileged: d.AllowPrivilegedTemplates}
 	injector := &pods.Injector{Templates: templates, Recorder: d.Recorder}

@@ -166,7 +166,7 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.close()
 		return nil, fmt.Errorf("event client: %w", err)
 	}
-	op.recorder, op.stopEvents = eventsink.NewRecorder(ctx, eventClient, kubeclient.Scheme, "netop", eventsink.Options{
+	op.recorder, op.stopEvents = eventsink.NewRecorder(ctx, eventClient, kubeclient.Scheme(), "netop", eventsink.Options{
 		Written: op.metrics.EventsWritten.Inc,
 		Dropped: func(reason string) { op.metrics.EventsDropped.WithLabelValues(reason).Inc() },
 	})
