@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -42,7 +42,6 @@ type driver struct {
 	namespace   string
 	node        string
 	operator    *benchproc.Proc
-	cp          *controlplane.ControlPlane
 	concurrency int
 }
 
@@ -277,7 +276,7 @@ func createNetwork(ctx context.Context, client versioned.Interface, namespace st
 	spec := samplecrdv2.NetworkSpec{CIDRs: []string{s.prefix.String()}, Gateways: []string{s.prefix.Addr().Next().String()}}
 	if s.exact {
 		_, last := rangeOf(s, n)
-		broadcast := addrPlus(s.prefix.Addr(), 1<<(32-s.prefix.Bits())-1)
+		broadcast := netspec.LastAddr(s.prefix)
 		if last.Next() != broadcast {
 			spec.Reserved = []string{last.Next().String() + "-" + broadcast.Prev().String()}
 		}

@@ -277,7 +277,7 @@ func run(c config, dir, whereaboutsDir string) error {
 	if len(ipams) == 0 {
 		return fmt.Errorf("--only %q: netop or whereabouts", c.only)
 	}
-	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, cp: cp, concurrency: c.concurrency}
+	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, concurrency: c.concurrency}
 	var outcomes []outcome
 	for _, s := range scenarios {
 		for _, i := range ipams {
