@@ -10,6 +10,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/agent"
+	cniserver "github.com/netop-dev/netop/internal/cni/server"
 	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/controller/nad"
@@ -89,6 +90,15 @@ var components = []component{{
 	validate: func(o *Options) error { return o.HotPlug.Validate(o.nodeName()) },
 	build:    newHotPlug,
 }, {
+	// The node side of the CNI plugin: ADD, from the pod cache.
+	name: "CNI server", roles: buildingBridges,
+	build: func(_ context.Context, s *shared) (runnable, error) {
+		if s.opts.CNISocket == "" {
+			return nil, nil
+		}
+		return cniserver.New(s.kube, s.pods.Core().V1().Pods(), cniserver.Options{Socket: s.opts.CNISocket, Netns: s.opts.Backend.Netns})
+	},
+}, {
 	name: "network policy enforcement", roles: buildingBridges,
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		if s.firewall == nil {
@@ -127,7 +137,7 @@ var components = []component{{
 	name: "NetworkAttachmentDefinition controller", roles: clusterWide, leaderOnly: true,
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		c, nads, err := nad.NewWhereInstalled(ctx, s.config, s.kube, s.opts.Resync, s.opts.Namespace, s.netop.Samplecrd().V2().Networks(),
-			s.recorder, s.metrics, nad.Options{Workers: s.opts.Workers, Kubeconfig: s.opts.CNIKubeconfig, DataDir: s.opts.CNIDataDir})
+			s.recorder, s.metrics, nad.Options{Workers: s.opts.Workers, Socket: s.opts.CNISocket, DataDir: s.opts.CNIDataDir})
 		if c == nil || err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/netop-dev/netop/internal/agent"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/backends"
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
@@ -80,6 +81,10 @@ type Options struct {
 	// what the NetworkAttachmentDefinitions name, and where hot-plug
 	// records what it attaches.
 	CNIDataDir string
+	// CNISocket is the unix socket, on the nodes, the CNI plugin asks to
+	// attach pods: where the node side serves it, and what the
+	// NetworkAttachmentDefinitions kept for Multus name.
+	CNISocket string
 
 	Metrics metrics.Options
 	Backend backends.Options
@@ -114,6 +119,7 @@ func NewOptions() *Options {
 		DeploymentNetworks: deploynet.NewConfig(),
 		Ats:                at.NewConfig(),
 		CNIDataDir:         "/var/lib/cni/netop",
+		CNISocket:          plugin.DefaultSocket,
 	}
 }
 
@@ -164,6 +170,7 @@ func (o *Options) addSharedFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.OperatorNamespace, "operator-namespace", o.OperatorNamespace, "Namespace of the operator's own objects: the default envoy-initializer template and the webhook certificate Secret. Defaults to $POD_NAMESPACE.")
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments: written into the NetworkAttachmentDefinitions, and where hot-plug records what it attaches.")
+	fs.StringVar(&o.CNISocket, "cni-socket", o.CNISocket, "Unix socket, on the nodes, that netop's CNI plugin asks to attach pods: a path, or @name for an abstract socket of the bridges' network namespace. Served where bridges are built (empty: not served), and written into the NetworkAttachmentDefinitions.")
 	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
 }
 

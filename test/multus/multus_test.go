@@ -52,7 +52,7 @@ func startOperator(t *testing.T, env *testenv.Env) (*operator.Operator, func()) 
 	opts.Metrics.Addr = "0"
 	opts.Webhooks.Addr = "0"
 	opts.Workloads.Enabled = false
-	opts.CNIKubeconfig = "/etc/cni/net.d/netop.d/test.kubeconfig"
+	opts.CNISocket = "@netop-cni-multus-test"
 	return testenv.StartOperator(t, env.Config, opts, backendtest.New())
 }
 
@@ -106,7 +106,7 @@ func TestNetworkAttachmentDefinitions(t *testing.T) {
 	if err := dec.Decode(&conf); err != nil {
 		t.Fatalf("config %s: not the plugin's: %v", config, err)
 	}
-	if conf.Type != plugin.Type || conf.Network != ns+"/example-network" || conf.Kubeconfig != "/etc/cni/net.d/netop.d/test.kubeconfig" || conf.CNIVersion == "" || conf.DataDir == "" {
+	if conf.Type != plugin.Type || conf.Network != ns+"/example-network" || conf.Socket != "@netop-cni-multus-test" || conf.CNIVersion == "" || conf.DataDir == "" {
 		t.Errorf("config %s", config)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend/backends"
@@ -77,12 +79,15 @@ func namedNetns(t *testing.T, prefix string) (name, path string) {
 // operator (with the allocation controller and the linux backend) makes
 // the Networks' bridges, and a runtime's view of the plugin.
 type cniNode struct {
-	env      *testenv.Env
-	ns       string // the pods' Kubernetes namespace
-	netns    string // path of the node's network namespace
-	node     *netlink.Handle
-	runtime  *libcni.CNIConfig
-	dataDir  string
+	env     *testenv.Env
+	ns      string // the pods' Kubernetes namespace
+	netns   string // path of the node's network namespace
+	node    *netlink.Handle
+	runtime *libcni.CNIConfig
+	dataDir string
+	// socket is the operator's CNI server's; stop stops the operator.
+	socket   string
+	stop     func()
 	networks map[string]*samplecrdv1.Network
 }
 
@@ -90,6 +95,13 @@ func startCNINode(t *testing.T) *cniNode { t.Helper(); return startCNINodeWith(t
 
 // startCNINodeWith starts the node with the operator's options edited.
 func startCNINodeWith(t *testing.T, edit func(*operator.Options)) *cniNode {
+	t.Helper()
+	return startCNINodeVia(t, nil, edit)
+}
+
+// startCNINodeVia starts the node with an operator that reaches the API
+// server with cfg (the test's if nil).
+func startCNINodeVia(t *testing.T, cfg *rest.Config, edit func(*operator.Options)) *cniNode {
 	t.Helper()
 	nettest.RequireRoot(t)
 	env := testenv.Get(t)
@@ -106,6 +118,13 @@ func startCNINodeWith(t *testing.T, edit func(*operator.Options)) *cniNode {
 	opts.Metrics.Addr = "0"
 	opts.Webhooks.Addr = "0"
 	opts.Workloads.Enabled = false
+	// A path: the plugin runs in the test's namespace, not the node's.
+	sockets, err := os.MkdirTemp("", "netop-cni-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(sockets) })
+	opts.CNISocket = filepath.Join(sockets, "cni.sock")
 	if edit != nil {
 		edit(opts)
 	}
@@ -114,7 +133,11 @@ func startCNINodeWith(t *testing.T, edit func(*operator.Options)) *cniNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeBackend)
-	testenv.StartOperator(t, env.Config, opts, be)
+	if cfg == nil {
+		cfg = env.Config
+	}
+	_, n.stop = testenv.StartOperator(t, cfg, opts, be)
+	n.socket = opts.CNISocket
 	for name, cidr := range map[string]string{"example-network": "192.168.0.0/16", "v6": "fd00:42::/64"} {
 		createNetwork(t, env, n.ns, name, cidr)
 		n.networks[name] = env.WaitReady(t, n.ns, name, metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
@@ -126,7 +149,7 @@ func startCNINodeWith(t *testing.T, edit func(*operator.Options)) *cniNode {
 // it a delegate for one Network.
 func (n *cniNode) conf(t *testing.T, version, network string, edit ...func(*plugin.Config)) *libcni.NetworkConfigList {
 	t.Helper()
-	c := plugin.Config{Kubeconfig: n.env.ControlPlane.KubeconfigPath, NodeNetns: n.netns, DataDir: n.dataDir, Network: network, Timeout: "20s"}
+	c := plugin.Config{Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Network: network, Timeout: "20s"}
 	c.Type = plugin.Type
 	for _, e := range edit {
 		e(&c)
@@ -359,9 +382,9 @@ func TestCNIPlugin(t *testing.T) {
 				}
 			}
 
-			// DEL reads nothing from the API server: a configuration
-			// whose credentials lead nowhere still detaches.
-			offline := n.conf(t, version, "", func(c *plugin.Config) { c.Kubeconfig = "/nonexistent" })
+			// DEL asks nothing of the node side, nor of the API server:
+			// a configuration whose socket leads nowhere still detaches.
+			offline := n.conf(t, version, "", func(c *plugin.Config) { c.Socket = "/nonexistent/cni.sock" })
 			for range 2 {
 				if err := n.runtime.DelNetworkList(ctx, offline, a.rt("eth0")); err != nil {
 					t.Fatalf("DEL: %v", err)
@@ -485,5 +508,127 @@ func TestCNIPluginDualStack(t *testing.T) {
 			t.Fatalf("DEL: %v", err)
 		}
 		n.requireDetached(t, s)
+	}
+}
+
+// With the API server out of reach, ADD still attaches a pod whose
+// addresses the node side's cache holds; with the node side down, ADD fails
+// saying so, and DEL and CHECK, which need neither, still work.
+func TestCNIPluginNodeSideAndAPIServerDown(t *testing.T) {
+	env := testenv.Get(t)
+	api := startLink(t, strings.TrimPrefix(env.Config.Host, "https://"))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + api.addr()
+	n := startCNINodeVia(t, cfg, nil)
+	ctx := t.Context()
+	list := n.conf(t, "1.1.0", "")
+	// b's addresses are written before a's: once the node side attached
+	// a, its cache (one ordered watch of pods) holds b's too.
+	b := n.newSandbox(t, "down-b", "example-network", true)
+	a := n.newSandbox(t, "down-a", "example-network", true)
+	c := n.newSandbox(t, "down-c", "example-network", true)
+	if _, err := n.runtime.AddNetworkList(ctx, list, a.rt("eth0")); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	n.requireAttached(t, a)
+
+	api.cut(true)
+	if _, err := n.runtime.AddNetworkList(ctx, list, b.rt("eth0")); err != nil {
+		t.Fatalf("ADD with the API server out of reach: %v", err)
+	}
+	n.requireAttached(t, b)
+	api.cut(false)
+
+	n.stop()
+	_, err := n.runtime.AddNetworkList(ctx, list, c.rt("eth0"))
+	if err == nil || !strings.Contains(err.Error(), "netop's node agent did not answer at "+n.socket) {
+		t.Errorf("ADD with the node side down: %v", err)
+	}
+	if _, err := c.handle.LinkByName("net1"); err == nil {
+		t.Error("ADD with the node side down attached net1")
+	}
+	for _, s := range []*sandbox{a, b} {
+		if err := n.runtime.CheckNetworkList(ctx, list, s.rt("eth0")); err != nil {
+			t.Errorf("CHECK with the node side down: %v", err)
+		}
+		if err := n.runtime.DelNetworkList(ctx, list, s.rt("eth0")); err != nil {
+			t.Fatalf("DEL with the node side down: %v", err)
+		}
+		n.requireDetached(t, s)
+	}
+}
+
+// link forwards TCP connections to an address, and can be cut: its
+// connections closed and new ones refused, as a partition would.
+type link struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func startLink(t *testing.T, target string) *link {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &link{l: l, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { _ = l.Close(); k.cut(true) })
+	go k.serve()
+	return k
+}
+
+func (k *link) addr() string { return k.l.Addr().String() }
+
+func (k *link) serve() {
+	for {
+		in, err := k.l.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", k.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		if !k.track(in, out) {
+			continue
+		}
+		for _, pair := range [][2]net.Conn{{in, out}, {out, in}} {
+			go func() {
+				_, _ = io.Copy(pair[0], pair[1])
+				_ = pair[0].Close()
+				_ = pair[1].Close()
+			}()
+		}
+	}
+}
+
+// track keeps the pair for cutting, or closes it if the link is down.
+func (k *link) track(conns ...net.Conn) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range conns {
+		if k.down {
+			_ = c.Close()
+			continue
+		}
+		k.conns[c] = true
+	}
+	return !k.down
+}
+
+// cut takes the link down (closing what it carries) or back up.
+func (k *link) cut(down bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.down = down
+	if down {
+		for c := range k.conns {
+			_ = c.Close()
+		}
+		clear(k.conns)
 	}
 }

@@ -84,7 +84,7 @@ func invocation(command string, args *skel.CmdArgs) []any {
 			kv = append(kv, f.key, f.value)
 		}
 	}
-	if pa, err := loadPodArgs(args.Args); err == nil && pa.K8S_POD_NAME != "" {
+	if pa, err := LoadPodArgs(args.Args); err == nil && pa.K8S_POD_NAME != "" {
 		// A malformed CNI_ARGS is ADD's error to report, not the log's.
 		kv = append(kv, "pod", klog.KRef(string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)))
 	}
@@ -115,7 +115,7 @@ func (r runner) run(name string, fn command, args *skel.CmdArgs) error {
 	start := time.Now()
 	kv := invocation(name, args)
 	stderr := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.stderr))).WithValues(kv...)
-	conf, err := loadConfig(args.StdinData)
+	conf, err := LoadConfig(args.StdinData)
 	if err != nil {
 		stderr.Error(oneLine{err}, "CNI command failed")
 		return err

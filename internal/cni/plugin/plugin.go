@@ -1,9 +1,15 @@
 // Package plugin is netop's CNI plugin: the CNI protocol (ADD, CHECK, DEL,
-// GC, STATUS, VERSION; spec 1.0.0 and 1.1.0) on top of package cni's
-// attacher and records. The allocation controller decides each pod's
-// addresses and writes them on the pod; ADD reads them from the API server
-// and attaches the pod; DEL, CHECK and GC need only what ADD recorded on the
-// node, so they work with the API server down.
+// GC, STATUS, VERSION; spec 1.0.0 and 1.1.0) as the runtime runs it, on top
+// of package cni's attacher and records.
+//
+// The binary is thin, as Kube-OVN's and Cilium's are: ADD is forwarded
+// over a unix socket to netop's node side (the agent, or the standalone's
+// operator), which reads the pod's addresses from its informer cache
+// rather than from the API server, attaches the pod and records it
+// (package cni/server). DEL, CHECK and GC need only what ADD recorded on
+// the node, and run here, so they work with the agent down and the API
+// server down. The plugin links no Kubernetes client: it starts in a few
+// milliseconds, once per pod and Network.
 //
 // It runs in two modes. Chained, after the plugin that makes eth0 (the
 // standalone's node), it attaches every Network the pod declares and adds
@@ -25,26 +31,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	cniversion "github.com/containernetworking/cni/pkg/version"
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netns"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	apitypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netop-dev/netop/internal/cni"
-	"github.com/netop-dev/netop/internal/kubeclient"
-	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/version"
 )
 
@@ -54,6 +49,12 @@ const Type = "netop-cni"
 
 // Versions are the CNI spec versions the plugin speaks.
 var Versions = cniversion.PluginSupports("1.0.0", "1.1.0")
+
+// DefaultSocket is where netop's node side serves the plugin unless told
+// otherwise: an abstract socket, which belongs to a network namespace, so
+// that each node's, the host's in a cluster and each of the standalone's
+// nodes', has its own without a file to share or leave behind.
+const DefaultSocket = "@netop-cni"
 
 // defaultTimeout bounds how long ADD waits for the pod's addresses: the
 // kubelet retries a failed sandbox, and each failure is an Event.
@@ -73,8 +74,11 @@ type Config struct {
 	// ValidAttachments: GC's list of the attachments to keep.
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 
-	// Kubeconfig is the file ADD reads pods with (the node's credentials).
-	Kubeconfig string `json:"kubeconfig"`
+	// Socket is the unix socket of netop's node side, which ADD asks to
+	// attach the pod: a path, or "@name", an abstract socket of the
+	// network namespace the plugin runs in (the runtime's, where the
+	// node's bridges are); DefaultSocket if empty.
+	Socket string `json:"socket,omitempty"`
 	// NodeNetns is the path of the network namespace holding the
 	// Networks' bridges; "" is the plugin's own (the host's).
 	NodeNetns string `json:"nodeNetns,omitempty"`
@@ -99,18 +103,18 @@ type Config struct {
 	verbosity int
 }
 
-// podArgs are the CNI_ARGS the kubelet's runtime passes.
-type podArgs struct {
+// PodArgs are the CNI_ARGS the kubelet's runtime passes.
+type PodArgs struct {
 	types.CommonArgs
 	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // the runtime's name
 	K8S_POD_NAME      types.UnmarshallableString //nolint:revive
 	K8S_POD_UID       types.UnmarshallableString //nolint:revive
 }
 
-// loadPodArgs reads the pod's identity from CNI_ARGS. The runtime passes
+// LoadPodArgs reads the pod's identity from CNI_ARGS. The runtime passes
 // more than that; netop reads only the pod's.
-func loadPodArgs(cniArgs string) (podArgs, error) {
-	pa := podArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
+func LoadPodArgs(cniArgs string) (PodArgs, error) {
+	pa := PodArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
 	err := types.LoadArgs(cniArgs, &pa)
 	return pa, err
 }
@@ -125,13 +129,18 @@ func Main() {
 	}, Versions, "netop CNI plugin "+version.String())
 }
 
-func loadConfig(stdin []byte) (*Config, error) {
+// LoadConfig reads a network configuration as the runtime passes it on
+// stdin, and checks it.
+func LoadConfig(stdin []byte) (*Config, error) {
 	conf := &Config{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, fmt.Errorf("network configuration: %w", err)
 	}
 	if conf.DataDir == "" {
 		return nil, errors.New("network configuration: dataDir: required (where attachments are recorded)")
+	}
+	if conf.Socket == "" {
+		conf.Socket = DefaultSocket
 	}
 	if err := conf.parseLogging(); err != nil {
 		return nil, err
@@ -146,8 +155,26 @@ func loadConfig(stdin []byte) (*Config, error) {
 	return conf, nil
 }
 
-func (c *Config) store() cni.Store { return cni.Store{Dir: c.DataDir} }
+// AddTimeout is how long ADD may take: the wait for the pod's addresses.
+// Only ADD reads it: a DEL must not fail over what it does not use.
+func (c *Config) AddTimeout() (time.Duration, error) {
+	if c.Timeout == "" {
+		return defaultTimeout, nil
+	}
+	d, err := time.ParseDuration(c.Timeout)
+	if err == nil && d <= 0 {
+		err = errors.New("must be positive")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("network configuration: timeout: %q: %w", c.Timeout, err)
+	}
+	return d, nil
+}
 
+// Store is where the configuration's attachments are recorded.
+func (c *Config) Store() cni.Store { return cni.Store{Dir: c.DataDir} }
+
+// attacher works in the namespace of the Networks' bridges.
 func (c *Config) attacher() (*cni.Attacher, error) {
 	var ns netns.NsHandle
 	var err error
@@ -163,278 +190,10 @@ func (c *Config) attacher() (*cni.Attacher, error) {
 	return cni.NewAttacher(ns)
 }
 
-func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
-	log := logr.FromContextOrDiscard(ctx)
-	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
-	if conf.PrevResult != nil {
-		var err error
-		if result, err = current.NewResultFromResult(conf.PrevResult); err != nil {
-			return fmt.Errorf("prevResult: %w", err)
-		}
-	}
-	pa, err := loadPodArgs(args.Args)
-	if err != nil {
-		return fmt.Errorf("CNI_ARGS: %w", err)
-	}
-	if pa.K8S_POD_NAME == "" {
-		if conf.Network != "" {
-			return errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
-		}
-		log.V(vInfo).Info("Not a pod: nothing to attach")
-		return types.PrintResult(result, conf.CNIVersion)
-	}
-	timeout := defaultTimeout
-	if conf.Timeout != "" {
-		if timeout, err = time.ParseDuration(conf.Timeout); err != nil {
-			return fmt.Errorf("network configuration: timeout: %w", err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	kube, err := podClient(conf.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	pod, allocations, err := podAllocations(ctx, kube, string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID))
-	if err != nil {
-		return err
-	}
-	// An interface being detached (hot-plug) is not made again: its
-	// addresses are about to be freed.
-	allocations = netselect.Active(allocations)
-	if conf.Network != "" {
-		i := slices.IndexFunc(allocations, func(a netselect.Allocation) bool { return a.Network == conf.Network && a.Interface == args.IfName })
-		if i < 0 {
-			return fmt.Errorf("pod %s/%s: no allocation on Network %s for interface %s", pa.K8S_POD_NAMESPACE, pa.K8S_POD_NAME, conf.Network, args.IfName)
-		}
-		allocations = allocations[i : i+1]
-	}
-	if len(allocations) == 0 {
-		log.V(vInfo).Info("The pod joins no Network: nothing to attach")
-		return types.PrintResult(result, conf.CNIVersion)
-	}
-
-	attacher, err := conf.attacher()
-	if err != nil {
-		return err
-	}
-	defer attacher.Close()
-	record, _, err := conf.store().Load(args.ContainerID)
-	if err != nil {
-		return err
-	}
-	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, string(pa.K8S_POD_NAMESPACE)+"/"+string(pa.K8S_POD_NAME)
-	// A delegate adds one interface per call.
-	record = record.With(conf.Name, allocations)
-	// Recorded before anything is made, so that a DEL or GC after a crash
-	// here knows what to undo.
-	if err := conf.store().Save(record); err != nil {
-		return err
-	}
-	log.V(vDebug).Info("Recorded the attachments", "dataDir", conf.DataDir, "interfaces", len(allocations))
-	var made []string
-	// undo takes back what this ADD made and recorded, and returns cause
-	// with whatever it could not undo: that stays in the record, for the
-	// DEL the runtime sends after a failed ADD, or GC, to finish.
-	undo := func(cause error) error {
-		log.V(vDebug).Info("Undoing the attachments", "interfaces", made)
-		errs := []error{cause}
-		var left []string
-		for _, iface := range made {
-			if err := attacher.Del(args.ContainerID, iface); err != nil {
-				errs = append(errs, fmt.Errorf("undoing %s: %w", iface, err))
-				left = append(left, iface)
-			}
-		}
-		var undone []string
-		for _, a := range allocations {
-			if !slices.Contains(left, a.Interface) {
-				undone = append(undone, a.Interface)
-			}
-		}
-		if err := conf.store().Forget(record, undone); err != nil {
-			errs = append(errs, fmt.Errorf("undoing: %w", err))
-		}
-		return errors.Join(errs...)
-	}
-	for _, a := range allocations {
-		at, err := cni.AttachmentOf(args.ContainerID, args.Netns, a)
-		if err != nil {
-			return undo(err)
-		}
-		made = append(made, a.Interface)
-		if err := attacher.WaitBridge(ctx, at.Bridge); err != nil {
-			return undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
-		}
-		log.V(vDebug).Info("Attaching", "interface", a.Interface, "network", a.Network, "bridge", at.Bridge)
-		attached, err := attacher.Add(at)
-		if err != nil {
-			return undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
-		}
-		log.V(vInfo).Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs,
-			"mac", attached.MAC.String(), "hostVeth", attached.HostVeth)
-		result.Interfaces = append(result.Interfaces,
-			&current.Interface{Name: attached.HostVeth},
-			&current.Interface{Name: a.Interface, Mac: attached.MAC.String(), Sandbox: args.Netns})
-		podIface := len(result.Interfaces) - 1
-		for _, p := range at.Addresses {
-			result.IPs = append(result.IPs, &current.IPConfig{Interface: current.Int(podIface), Address: *cni.IPNet(p)})
-		}
-		for _, r := range at.Routes {
-			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
-		}
-	}
-	if conf.Network == "" && conf.PrevResult != nil {
-		// Chained after the pod network's plugin, netop knows the default
-		// interface too; as Multus's delegate, Multus writes the status.
-		if err := writeNetworkStatus(ctx, kube, pod, conf.Name, args, result, allocations); err != nil {
-			// The pod works; the status the allocator wrote stands.
-			log.Error(err, "Writing the pod's network-status")
-		}
-	}
-	return types.PrintResult(result, conf.CNIVersion)
-}
-
-// podClient is the plugin's API client, for one pod.
-func podClient(kubeconfig string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("network configuration: kubeconfig %q: %w", kubeconfig, err)
-	}
-	cfg.UserAgent = Type + "/" + version.String()
-	cfg.QPS, cfg.Burst = 10, 20 // one pod
-	return kubeclient.New(cfg, kubeclient.Protobuf)
-}
-
-// writeNetworkStatus writes the pod's network-status as Multus does: the
-// default interface first (the runtime's interface in prevResult, named
-// after the pod network's configuration, "default": true), then netop's
-// interfaces as attached. One patch of pods/status, which the node's own
-// credentials may make on its pods (the kubelet's NodeRestriction), and
-// which holds only if the pod is still the one read.
-func writeNetworkStatus(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, network string, args *skel.CmdArgs, result *current.Result, allocations []netselect.Allocation) error {
-	def := netselect.Status{Name: network, Interface: args.IfName, Default: true}
-	def.DNS.Nameservers = result.DNS.Nameservers
-	for i, iface := range result.Interfaces {
-		if iface.Name != args.IfName || iface.Sandbox == "" {
-			continue
-		}
-		def.MAC = iface.Mac
-		for _, ip := range result.IPs {
-			if ip.Interface != nil && *ip.Interface == i {
-				def.IPs = append(def.IPs, ip.Address.IP.String())
-			}
-		}
-	}
-	status, err := netselect.StatusAnnotationValue(append([]netselect.Status{def}, netselect.StatusesOf(allocations)...))
-	if err != nil {
-		return err
-	}
-	patch, err := netselect.AnnotationsPatch(pod, map[string]string{netselect.StatusAnnotation: status}, false)
-	if err != nil {
-		return err
-	}
-	if _, err := kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, apitypes.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return nil
-}
-
-// podAllocations waits until the pod's allocations are written, and returns
-// them (none if it declares no Networks).
-func podAllocations(ctx context.Context, kube kubernetes.Interface, namespace, name, uid string) (*corev1.Pod, []netselect.Allocation, error) {
-	// Usually the allocation is there before the sandbox is made; when it
-	// is not, one watch of the pod waits for it rather than polling, which
-	// would put a GET per pod every few hundred milliseconds on the API
-	// server exactly when a node starts many pods at once.
-	log := logr.FromContextOrDiscard(ctx)
-	var lastErr error
-	for {
-		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
-		case err != nil:
-			lastErr = fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
-			log.V(vDebug).Info("Reading the pod failed; trying again", "err", lastErr)
-		case uid != "" && string(pod.UID) != uid:
-			return nil, nil, fmt.Errorf("pod %s/%s: UID %s, the runtime's is %s (the pod was replaced)", namespace, name, pod.UID, uid)
-		default:
-			allocations, done, why := allocated(pod)
-			if done {
-				log.V(vDebug).Info("Read the pod's allocations", "allocations", len(allocations))
-				return pod, allocations, nil
-			}
-			if refused, ok := pod.Annotations[netselect.RefusedAnnotation]; ok {
-				// Waiting would only delay the same answer.
-				return nil, nil, fmt.Errorf("pod %s/%s: netop refuses its Networks: %s", namespace, name, refused)
-			}
-			lastErr = why
-			log.V(vDebug).Info("Waiting for the pod's allocations", "reason", why.Error())
-			if err := waitForChange(ctx, kube, pod); err != nil && ctx.Err() == nil {
-				lastErr = errors.Join(why, err)
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, nil, lastErr
-		}
-		if err != nil {
-			// A failed read: try again shortly.
-			select {
-			case <-ctx.Done():
-				return nil, nil, lastErr
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
-}
-
-// waitForChange returns once the pod changed after the version given, or
-// the watch ended.
-func waitForChange(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) error {
-	w, err := kube.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: pod.ResourceVersion})
-	if err != nil {
-		// Read again after a pause rather than not at all.
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-		return fmt.Errorf("watching pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	defer w.Stop()
-	select {
-	case <-ctx.Done():
-	case <-w.ResultChan():
-	}
-	return nil
-}
-
-// allocated: the pod's allocations, once written (they are the pod's for
-// its life, even if its networks annotation changed since); none if it
-// declares no Networks; else why not yet.
-func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
-	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	if err != nil {
-		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if allocations != nil {
-		return allocations, true, nil
-	}
-	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], pod.Namespace)
-	if err != nil {
-		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if len(selections) == 0 {
-		return nil, true, nil
-	}
-	return nil, false, fmt.Errorf("pod %s/%s: netop has not allocated its addresses yet (the pod's Events say why)", pod.Namespace, pod.Name)
-}
-
 // recorded loads what ADD recorded for the container, and an attacher for
 // the node; ok is false when nothing was recorded, so nothing attached.
 func recorded(conf *Config, args *skel.CmdArgs) (record cni.Record, attacher *cni.Attacher, ok bool, err error) {
-	if record, ok, err = conf.store().Load(args.ContainerID); err != nil || !ok {
+	if record, ok, err = conf.Store().Load(args.ContainerID); err != nil || !ok {
 		return record, nil, false, err
 	}
 	if attacher, err = conf.attacher(); err != nil {
@@ -475,7 +234,7 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	// A record left behind is not a resource already gone: failing has the
 	// runtime call DEL again, which finds the interfaces gone (not an
 	// error) and retries the record.
-	return conf.store().Forget(record, gone)
+	return conf.Store().Forget(record, gone)
 }
 
 func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
@@ -513,7 +272,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	for _, v := range conf.ValidAttachments {
 		valid[v.ContainerID] = true
 	}
-	records, err := conf.store().List()
+	records, err := conf.Store().List()
 	if err != nil {
 		return err
 	}
@@ -540,7 +299,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 				"interface", i.Interface, "network", i.Network, "hostVeth", i.HostVeth)
 			gone = append(gone, i.Interface)
 		}
-		if err := conf.store().Forget(r, gone); err != nil {
+		if err := conf.Store().Forget(r, gone); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // netconf is a configuration as the runtime passes it on stdin.
 func netconf(t *testing.T, dataDir string, extra map[string]any) []byte {
 	t.Helper()
-	c := map[string]any{"cniVersion": "1.1.0", "name": "netop-test", "type": Type, "kubeconfig": "/nonexistent", "dataDir": dataDir}
+	c := map[string]any{"cniVersion": "1.1.0", "name": "netop-test", "type": Type, "socket": filepath.Join(dataDir, "nobody.sock"), "dataDir": dataDir}
 	for k, v := range extra {
 		c[k] = v
 	}
@@ -83,15 +83,15 @@ func failureLine(t *testing.T, where, out, containerID string, cmdErr error) {
 	}
 }
 
-// A failed ADD (the pod cannot be read) is returned, and logged to the
-// configured file, made with its directory, and to stderr.
+// A failed ADD (no node side answers) is returned with why, and logged to
+// the configured file, made with its directory, and to stderr.
 func TestAddFailureLogged(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "log", "netop-cni.log")
 	args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": logFile}), "c-add")
 	stderr, err := invoke(t, "ADD", cmdAdd, args)
-	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
-		t.Fatalf("ADD with no kubeconfig: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "netop's node agent did not answer at "+filepath.Join(dir, "records", "nobody.sock")) {
+		t.Fatalf("ADD with nobody serving the socket: %v", err)
 	}
 	log, rerr := os.ReadFile(logFile)
 	if rerr != nil {

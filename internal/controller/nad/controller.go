@@ -58,12 +58,12 @@ const ReasonConflict = "NetworkAttachmentDefinitionConflict"
 func Installed(d discovery.DiscoveryInterface) (bool, error) { return kubeclient.Serves(d, Resource) }
 
 // Options configure the plugin configuration written into each definition:
-// where netop's agent installs the plugin's credentials and records on
-// the nodes.
+// where netop's node side serves the plugin and keeps its records on the
+// nodes.
 type Options struct {
 	Workers int
-	// Kubeconfig is the path, on the nodes, of the plugin's credentials.
-	Kubeconfig string
+	// Socket is the path, on the nodes, of the node side's socket.
+	Socket string
 	// DataDir is the path, on the nodes, of the plugin's records.
 	DataDir string
 }
@@ -153,7 +153,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 
 // desired is the Network's definition.
 func (c *Controller) desired(n *samplecrdv2.Network) (*unstructured.Unstructured, error) {
-	conf := plugin.Config{Kubeconfig: c.opts.Kubeconfig, DataDir: c.opts.DataDir, Network: n.Namespace + "/" + n.Name}
+	conf := plugin.Config{Socket: c.opts.Socket, DataDir: c.opts.DataDir, Network: n.Namespace + "/" + n.Name}
 	conf.CNIVersion, conf.Name, conf.Type = "1.0.0", n.Name, plugin.Type
 	config, err := json.Marshal(conf)
 	if err != nil {

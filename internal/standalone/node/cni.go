@@ -34,7 +34,9 @@ const cniPluginDir = "/usr/lib/cni"
 //
 // netop's plugin is chained after the bridge: it attaches the Networks a
 // pod declares (net1, …) beside eth0. It is the standalone's own binary
-// under the plugin's name, reading pods with the node's credentials.
+// under the plugin's name, which asks netop's node side (the standalone's
+// operator, or the node's agent) to attach each pod over the socket both
+// know by default.
 func writeCNI(dir string, cfg Config) error {
 	binDir := filepath.Join(dir, "cni", "bin")
 	for _, name := range []string{"bridge", "host-local", "loopback", "portmap"} {
@@ -49,7 +51,7 @@ func writeCNI(dir string, cfg Config) error {
 	if err := os.Symlink(cfg.Executable, netopPlugin); err != nil {
 		return fmt.Errorf("CNI plugin %s: %w", plugin.Type, err)
 	}
-	netop := plugin.Config{Kubeconfig: cfg.Kubeconfig, DataDir: CNIDataDir(cfg.DataDir)}
+	netop := plugin.Config{Socket: plugin.DefaultSocket, DataDir: CNIDataDir(cfg.DataDir)}
 	netop.Type = plugin.Type
 	conf := map[string]any{
 		"cniVersion": "1.0.0",

@@ -10,6 +10,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
@@ -229,10 +231,15 @@ func Eventually(t testing.TB, timeout time.Duration, cond func(ctx context.Conte
 }
 
 // StartOperator configures an operator for cfg with the backend be, logging
-// to the test, and runs it until the test ends or stop is called.
+// to the test, and runs it until the test ends or stop is called. An
+// operator left with the default CNI socket gets one of the test's own:
+// the tests' operators share this host's namespace.
 func StartOperator(t testing.TB, cfg *rest.Config, opts *operator.Options, be backend.Backend) (op *operator.Operator, stop func()) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	if opts.CNISocket == plugin.DefaultSocket {
+		opts.CNISocket = fmt.Sprintf("%s-test-%d-%s", plugin.DefaultSocket, os.Getpid(), rand.Text()[:8])
+	}
 	op, err := operator.New(ctx, cfg, opts, be)
 	if err != nil {
 		t.Fatal(err)

@@ -225,7 +225,7 @@ func run(c config, dir, whereaboutsDir string) error {
 	netopIPAM := ipam{
 		name: "netop",
 		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
-			pc := plugin.Config{Kubeconfig: cp.KubeconfigPath, DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
+			pc := plugin.Config{DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
 			pc.Type = plugin.Type
 			return confList("netop-"+s.name, pc)
 		},

@@ -1,0 +1,380 @@
+// Package server is the node side of netop's CNI plugin: it serves the
+// plugin's ADD on a unix socket, in the process that builds the node's
+// bridges (the agent, or the standalone's operator), as Kube-OVN's and
+// Cilium's daemons serve their plugins.
+//
+// The plugin the runtime executes stays small and starts fast; the work it
+// did itself (a Kubernetes client, a GET and a watch of its pod per ADD)
+// becomes a lookup in the informer cache the node side keeps anyway,
+// waiting on the cache's events when the pod's addresses are not written
+// yet. The netlink work and the records are the same as the plugin's were,
+// in the same files, so that the plugin's DEL, CHECK and GC, which run
+// without the node side, find them.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni/plugin"
+)
+
+// Options are the server's settings.
+type Options struct {
+	// Socket is the unix socket the node's plugins call, as their
+	// configurations name it: a path or an abstract "@name".
+	Socket string
+	// Netns names the network namespace of the node's bridges, where an
+	// abstract socket is made and a configuration without nodeNetns
+	// attaches; "" is the process's own.
+	Netns string
+}
+
+// Server attaches pods for the plugin.
+type Server struct {
+	opts     Options
+	kube     kubernetes.Interface
+	pods     corelisters.PodLister
+	informer cache.SharedIndexInformer
+	changes  changes
+	// after is the writes made after answering, which Run waits for.
+	after sync.WaitGroup
+}
+
+// ioTimeout bounds reading a request and writing an answer: both are a
+// few hundred bytes on a local socket.
+const ioTimeout = 10 * time.Second
+
+// statusTimeout bounds a network-status write, made after the answer.
+const statusTimeout = 30 * time.Second
+
+// New is a server answering from the pod informer, which covers the
+// node's pods; kube writes their network-status.
+func New(kube kubernetes.Interface, pods coreinformers.PodInformer, opts Options) (*Server, error) {
+	if opts.Socket == "" {
+		return nil, errors.New("no socket")
+	}
+	s := &Server{opts: opts, kube: kube, pods: pods.Lister(), informer: pods.Informer(), changes: changes{waiting: map[string][]chan struct{}{}}}
+	changed := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			s.changes.notify(key)
+		}
+	}
+	if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
+	}); err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	return s, nil
+}
+
+// HasSyncedChecker: the server answers once the node's pods are listed.
+func (s *Server) HasSyncedChecker() cache.DoneChecker { return s.informer.HasSyncedChecker() }
+
+// Run serves the socket until ctx is done, then waits for the commands
+// under way, which ctx cancels, and removes the socket.
+func (s *Server) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("socket", s.opts.Socket)
+	l, err := listen(s.opts.Socket, s.opts.Netns)
+	if err != nil {
+		return err
+	}
+	logger.Info("Serving the CNI plugin")
+	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer s.after.Wait()
+	defer wg.Wait()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("CNI socket %s: %w", s.opts.Socket, err)
+		}
+		wg.Go(func() { s.serve(ctx, conn.(*net.UnixConn)) })
+	}
+}
+
+// listen makes the socket. An abstract one ("@name") belongs to a network
+// namespace: it is made in the bridges', which is the runtime's and its
+// plugins'. A path is made root's only, unless another process serves it.
+func listen(path, netnsName string) (*net.UnixListener, error) {
+	addr := &net.UnixAddr{Name: path, Net: "unix"}
+	if strings.HasPrefix(path, "@") {
+		ns := netns.None()
+		if netnsName != "" {
+			var err error
+			if ns, err = netns.GetFromName(netnsName); err != nil {
+				return nil, fmt.Errorf("CNI socket %s: network namespace %q: %w", path, netnsName, err)
+			}
+			defer func() { _ = ns.Close() }()
+		}
+		var l *net.UnixListener
+		err := linux.InNetns(ns, func() (err error) {
+			l, err = net.ListenUnix("unix", addr)
+			return err
+		})
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil, fmt.Errorf("CNI socket %s: another process serves it (another netop on this node?)", path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("CNI socket: %w", err)
+		}
+		return l, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("CNI socket: %w", err)
+	}
+	// A socket file outlives a crash; one that answers is another
+	// server's, which taking it over would silently cut off.
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("CNI socket %s: another process serves it (another netop on this node?)", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("CNI socket: %w", err)
+	}
+	l, err := net.ListenUnix("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("CNI socket: %w", err)
+	}
+	l.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("CNI socket: %w", err)
+	}
+	return l, nil
+}
+
+// serve answers one connection's request.
+func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
+	defer func() { _ = conn.Close() }()
+	logger := klog.FromContext(ctx)
+	resp := func() plugin.Response {
+		// Whoever may ask decides which pods get which addresses, as the
+		// runtime does: root on the node only, whatever the socket's
+		// file mode says.
+		if err := fromRoot(conn); err != nil {
+			return failure(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(ioTimeout))
+		req, files, err := readRequest(conn)
+		defer func() {
+			for _, f := range files {
+				_ = f.Close()
+			}
+		}()
+		if err != nil {
+			return failure(fmt.Errorf("reading the request: %w", err))
+		}
+		if req.Command != "ADD" || req.Args == nil {
+			return failure(fmt.Errorf("command %q: only ADD is served (the plugin runs the others itself)", req.Command))
+		}
+		if len(files) != len(req.Files) {
+			return failure(fmt.Errorf("the request names %d files (%v) and passes %d", len(req.Files), req.Files, len(files)))
+		}
+		passed := map[string]string{}
+		for i, name := range req.Files {
+			// Opened through this process's descriptor, the file is
+			// the plugin's, wherever its path leads here.
+			passed[name] = fmt.Sprintf("/proc/self/fd/%d", files[i].Fd())
+		}
+		resp := s.handleAdd(ctx, req, passed)
+		if resp.Error != nil {
+			logger.Error(resp.Error, "CNI ADD failed", invocation(req.Args)...)
+		}
+		return resp
+	}()
+	_ = conn.SetWriteDeadline(time.Now().Add(ioTimeout))
+	if err := json.NewEncoder(conn).Encode(resp); err != nil {
+		logger.Error(err, "Answering the CNI plugin")
+	}
+}
+
+// maxRequest bounds a request: a network configuration with the previous
+// plugins' result, a few kilobytes; maxFiles the files passed along it.
+const (
+	maxRequest = 1 << 20
+	maxFiles   = 3
+)
+
+// readRequest reads a request to its end, with the files passed along it.
+func readRequest(conn *net.UnixConn) (req plugin.Request, files []*os.File, err error) {
+	var data []byte
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(4*maxFiles))
+	for len(data) <= maxRequest {
+		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+		data = append(data, buf[:n]...)
+		if oobn > 0 {
+			received, perr := receivedFiles(oob[:oobn])
+			files = append(files, received...)
+			if perr != nil {
+				return req, files, perr
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && n == 0 && oobn == 0 {
+			return req, files, json.Unmarshal(data, &req)
+		}
+		if err != nil {
+			return req, files, err
+		}
+	}
+	return req, files, fmt.Errorf("longer than %d bytes", maxRequest)
+}
+
+// receivedFiles are the files of a control message (SCM_RIGHTS).
+func receivedFiles(oob []byte) ([]*os.File, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "passed"))
+		}
+	}
+	return files, nil
+}
+
+// invocation is what the log says of a command: its container and pod.
+func invocation(args *skel.CmdArgs) []any {
+	kv := []any{"containerID", args.ContainerID, "ifname", args.IfName}
+	if pa, err := plugin.LoadPodArgs(args.Args); err == nil && pa.K8S_POD_NAME != "" {
+		kv = append(kv, "pod", klog.KRef(string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)))
+	}
+	return kv
+}
+
+// fromRoot checks that the peer runs as root.
+func fromRoot(conn *net.UnixConn) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return fmt.Errorf("the caller's credentials: %w", credErr)
+	}
+	if cred.Uid != 0 {
+		return fmt.Errorf("uid %d: only root on the node may attach pods", cred.Uid)
+	}
+	return nil
+}
+
+// handleAdd runs an ADD and makes its answer. passed are the paths, here,
+// of the files the plugin opened, by their names in the request; what it
+// did not pass is opened at the path the plugin has for it.
+func (s *Server) handleAdd(ctx context.Context, req plugin.Request, passed map[string]string) plugin.Response {
+	conf, err := plugin.LoadConfig(req.Args.StdinData)
+	if err != nil {
+		return failure(err)
+	}
+	netnsPath := req.Args.Netns
+	if p, ok := passed[plugin.FilePodNetns]; ok {
+		netnsPath = p
+	}
+	if p, ok := passed[plugin.FileDataDir]; ok {
+		conf.DataDir = p
+	}
+	if p, ok := passed[plugin.FileNodeNetns]; ok {
+		conf.NodeNetns = p
+	}
+	result, err := s.add(ctx, conf, req.Args, netnsPath)
+	if err != nil {
+		return failure(err)
+	}
+	versioned, err := result.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		return failure(fmt.Errorf("the result in CNI version %s: %w", conf.CNIVersion, err))
+	}
+	data, err := json.Marshal(versioned)
+	if err != nil {
+		return failure(err)
+	}
+	return plugin.Response{Result: data}
+}
+
+// failure is the answer for err: a CNI error as it is, any other as the
+// spec's generic one.
+func failure(err error) plugin.Response {
+	var cniErr *types.Error
+	if !errors.As(err, &cniErr) {
+		cniErr = &types.Error{Code: types.ErrInternal, Msg: err.Error()}
+	}
+	return plugin.Response{Error: cniErr}
+}
+
+// changes tells the ADDs waiting for a pod that the cache's copy of it
+// changed.
+type changes struct {
+	mu      sync.Mutex
+	waiting map[string][]chan struct{}
+}
+
+// wait returns a channel closed at the pod's next change, and a function
+// to call once no longer waiting.
+func (c *changes) wait(key string) (changed <-chan struct{}, done func()) {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.waiting[key] = append(c.waiting[key], ch)
+	c.mu.Unlock()
+	return ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, w := range c.waiting[key] {
+			if w == ch {
+				c.waiting[key] = append(c.waiting[key][:i], c.waiting[key][i+1:]...)
+				break
+			}
+		}
+		if len(c.waiting[key]) == 0 {
+			delete(c.waiting, key)
+		}
+	}
+}
+
+func (c *changes) notify(key string) {
+	c.mu.Lock()
+	chs := c.waiting[key]
+	delete(c.waiting, key)
+	c.mu.Unlock()
+	for _, ch := range chs {
+		close(ch)
+	}
+}
