@@ -20,7 +20,8 @@ IMAGE ?= netop.local/netop:$(shell git describe --tags --always --dirty 2>/dev/n
 IMAGE_OUT ?= bin/netop-image.tar
 image:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-static ./cmd/netop
-	$(GO) run ./hack/image --binary bin/netop-static --tag $(IMAGE) --out $(IMAGE_OUT)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-cni-static ./cmd/netop-cni
+	$(GO) run ./hack/image --binary bin/netop-static --plugin bin/netop-cni-static --tag $(IMAGE) --out $(IMAGE_OUT)
 
 # Tests run against a real control plane, real kernel bridges (as root) and a
 # real Neutron (installed with apt when missing).

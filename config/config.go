@@ -85,12 +85,9 @@ func Policies() ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admiss
 // DefaultImage is the image the manifests name unless told another.
 const DefaultImage = "ghcr.io/netop-dev/netop:latest"
 
-// The hosts' paths the manifests name unless told others: where the
-// agents install the CNI plugin and its kubeconfig.
-const (
-	DefaultCNIBinDir    = "/opt/cni/bin"
-	DefaultCNIConfigDir = "/etc/cni/net.d/netop.d"
-)
+// DefaultCNIBinDir is the hosts' path the manifests name unless told
+// another: where the agents install the CNI plugin.
+const DefaultCNIBinDir = "/opt/cni/bin"
 
 // Options are what a cluster may need to change in the manifests; empty
 // fields keep the defaults.
@@ -100,9 +97,6 @@ type Options struct {
 	// CNIBinDir is the nodes' CNI plugin directory, as their container
 	// runtime is configured.
 	CNIBinDir string
-	// CNIConfigDir is the nodes' directory for the CNI plugin's
-	// kubeconfig and token.
-	CNIConfigDir string
 	// WithoutSharedCRDs leaves out the CRDs of SharedGroup, for clusters
 	// where another project installed them: an apply would replace their
 	// definition by netop's.
@@ -115,7 +109,7 @@ type Options struct {
 func All(o Options) []byte {
 	var replace []string
 	for _, r := range []struct{ prefix, from, to string }{
-		{"image: ", DefaultImage, o.Image}, {"", DefaultCNIBinDir, o.CNIBinDir}, {"", DefaultCNIConfigDir, o.CNIConfigDir},
+		{"image: ", DefaultImage, o.Image}, {"", DefaultCNIBinDir, o.CNIBinDir},
 	} {
 		if r.to != "" {
 			replace = append(replace, r.prefix+r.from, r.prefix+r.to)

@@ -7,21 +7,20 @@ import (
 
 func TestAllOptions(t *testing.T) {
 	defaults := string(All(Options{}))
-	for _, want := range []string{"image: " + DefaultImage, "--cni-bin-dir=" + DefaultCNIBinDir, "path: " + DefaultCNIConfigDir + "\n"} {
+	for _, want := range []string{"image: " + DefaultImage, "--cni-bin-dir=" + DefaultCNIBinDir, "path: " + DefaultCNIBinDir + "\n"} {
 		if !strings.Contains(defaults, want) {
 			t.Errorf("default manifests lack %q", want)
 		}
 	}
-	got := string(All(Options{Image: "example.org/netop:v1", CNIBinDir: "/x/bin", CNIConfigDir: "/x/conf"}))
+	got := string(All(Options{Image: "example.org/netop:v1", CNIBinDir: "/x/bin"}))
 	for _, want := range []string{
-		"image: example.org/netop:v1", "--cni-bin-dir=/x/bin", "--cni-kubeconfig=/x/conf/netop.kubeconfig",
-		"path: /x/bin\n", "mountPath: /x/conf\n",
+		"image: example.org/netop:v1", "--cni-bin-dir=/x/bin", "path: /x/bin\n", "mountPath: /x/bin\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("manifests lack %q", want)
 		}
 	}
-	for _, stale := range []string{DefaultImage, DefaultCNIBinDir, DefaultCNIConfigDir} {
+	for _, stale := range []string{DefaultImage, DefaultCNIBinDir} {
 		if strings.Contains(got, stale) {
 			t.Errorf("manifests still name %q", stale)
 		}

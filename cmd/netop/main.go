@@ -66,7 +66,7 @@ func newRootCommand() *cobra.Command {
 }
 
 func newManifestsCommand() *cobra.Command {
-	o := config.Options{Image: config.DefaultImage, CNIBinDir: config.DefaultCNIBinDir, CNIConfigDir: config.DefaultCNIConfigDir}
+	o := config.Options{Image: config.DefaultImage, CNIBinDir: config.DefaultCNIBinDir}
 	cmd := &cobra.Command{
 		Use:   "manifests",
 		Short: "Print the manifests that install netop on a cluster, for kubectl apply -f -: CRDs, RBAC, the controller Deployment and the agent DaemonSet",
@@ -75,10 +75,8 @@ func newManifestsCommand() *cobra.Command {
 			if _, err := name.ParseReference(o.Image, name.StrictValidation); err != nil {
 				return fmt.Errorf("--image %q: %w", o.Image, err)
 			}
-			for flag, dir := range map[string]string{"--cni-bin-dir": o.CNIBinDir, "--cni-config-dir": o.CNIConfigDir} {
-				if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-					return fmt.Errorf("%s %q: must be a clean absolute path on the nodes", flag, dir)
-				}
+			if dir := o.CNIBinDir; !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+				return fmt.Errorf("--cni-bin-dir %q: must be a clean absolute path on the nodes", dir)
 			}
 			_, err := cmd.OutOrStdout().Write(config.All(o))
 			return err
@@ -86,7 +84,6 @@ func newManifestsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The netop image the controller and the agents run, as `make image` prints it.")
 	cmd.Flags().StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The nodes' CNI plugin directory (their container runtime's), where the agents install netop-cni.")
-	cmd.Flags().StringVar(&o.CNIConfigDir, "cni-config-dir", o.CNIConfigDir, "The nodes' directory where the agents write the CNI plugin's kubeconfig and token.")
 	cmd.Flags().BoolVar(&o.WithoutSharedCRDs, "without-multi-networkpolicy-crd", o.WithoutSharedCRDs, "Leave out the MultiNetworkPolicy CRD (k8s.cni.cncf.io), where another project (multi-networkpolicy) installed it: applying netop's would replace its definition. netop works with either.")
 	return cmd
 }

@@ -1,5 +1,6 @@
 // Command image builds netop's container image without a registry or a
-// container engine (`make image`): the static netop binary, CA
+// container engine (`make image`): the static netop binary and its thin
+// CNI plugin (which the agents install on their hosts), CA
 // certificates for Neutron over HTTPS, and a passwd naming the nonroot
 // user it runs as, in one layer, written as an image tarball that `docker
 // load`, `ctr images import` and netop-standalone (--image-archive, or
@@ -19,17 +20,22 @@ import (
 
 func main() {
 	binary := flag.String("binary", "bin/netop-static", "the static netop binary (CGO_ENABLED=0)")
+	plugin := flag.String("plugin", "bin/netop-cni-static", "the static netop-cni binary (CGO_ENABLED=0)")
 	tag := flag.String("tag", "netop.local/netop:dev", "the image's reference")
 	out := flag.String("out", "bin/netop-image.tar", "the image tarball to write")
 	flag.Parse()
-	if err := build(*binary, *tag, *out); err != nil {
+	if err := build(*binary, *plugin, *tag, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func build(binary, tag, out string) error {
+func build(binary, plugin, tag, out string) error {
 	netop, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	cni, err := os.ReadFile(plugin)
 	if err != nil {
 		return err
 	}
@@ -46,6 +52,8 @@ func build(binary, tag, out string) error {
 		{Name: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: certs},
 		{Name: "tmp", Dir: true, Mode: 0o1777},
 		{Name: "netop", Mode: 0o755, Data: netop},
+		// Beside netop: the agents install it (agent.PluginExecutable).
+		{Name: "netop-cni", Mode: 0o755, Data: cni},
 	})
 	if err != nil {
 		return err

@@ -39,13 +39,9 @@ type Options struct {
 	NodeName string
 	Pod      string
 	// InstallCNI makes the agent install the CNI plugin on its host: the
-	// binary into CNIBinDir and credentials of the service account
-	// CNIServiceAccount (in the operator's namespace) renewed every
-	// CNITokenLifetime.
-	InstallCNI        bool
-	CNIBinDir         string
-	CNIServiceAccount string
-	CNITokenLifetime  time.Duration
+	// binary into CNIBinDir.
+	InstallCNI bool
+	CNIBinDir  string
 	// OnDemand builds on the node only the Networks its pods use, each
 	// kept ReleaseDelay after its last pod here left; off, every Network.
 	OnDemand     bool
@@ -62,23 +58,19 @@ const DefaultReleaseDelay = 30 * time.Second
 // directories and the downward API names the node and the pod.
 func NewOptions() Options {
 	return Options{
-		NodeName:          os.Getenv("NODE_NAME"),
-		Pod:               os.Getenv("POD_NAME"),
-		CNIBinDir:         config.DefaultCNIBinDir,
-		CNIServiceAccount: "netop-cni",
-		CNITokenLifetime:  24 * time.Hour,
-		OnDemand:          true,
-		ReleaseDelay:      DefaultReleaseDelay,
+		NodeName:     os.Getenv("NODE_NAME"),
+		Pod:          os.Getenv("POD_NAME"),
+		CNIBinDir:    config.DefaultCNIBinDir,
+		OnDemand:     true,
+		ReleaseDelay: DefaultReleaseDelay,
 	}
 }
 
 // AddFlags registers the agent's flags on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent runs on, as its Node object is named. Defaults to $NODE_NAME (the downward API's spec.nodeName).")
-	fs.BoolVar(&o.InstallCNI, "install-cni", o.InstallCNI, "Install netop's CNI plugin on the host: this binary as netop-cni in --cni-bin-dir, and at --cni-kubeconfig the plugin's kubeconfig with tokens of --cni-service-account, renewed before they expire.")
+	fs.BoolVar(&o.InstallCNI, "install-cni", o.InstallCNI, "Install netop's CNI plugin on the host as netop-cni in --cni-bin-dir: the netop-cni binary beside this one (the image's), or else this binary, which runs as the plugin under that name.")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", o.CNIBinDir, "The host's CNI plugin directory, where --install-cni puts netop-cni.")
-	fs.StringVar(&o.CNIServiceAccount, "cni-service-account", o.CNIServiceAccount, "Service account in --operator-namespace whose tokens the CNI plugin reads pods with (--install-cni).")
-	fs.DurationVar(&o.CNITokenLifetime, "cni-token-lifetime", o.CNITokenLifetime, "How long each of the CNI plugin's tokens is valid (--install-cni); renewed at 80% of it.")
 	o.AddDemandFlags(fs)
 }
 
@@ -89,16 +81,13 @@ func (o *Options) AddDemandFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReleaseDelay, "network-release-delay", o.ReleaseDelay, "With --networks-on-demand, how long a node keeps a Network's bridge after the last pod there on it left.")
 }
 
-// Validate checks the options; cniKubeconfig is where the plugin's
-// credentials go (--cni-kubeconfig).
-func (o *Options) Validate(cniKubeconfig string) error {
+// Validate checks the options.
+func (o *Options) Validate() error {
 	switch {
 	case o.NodeName == "":
 		return errors.New("--node-name (or $NODE_NAME) is required: the agent reports on its node")
-	case o.InstallCNI && (o.CNIBinDir == "" || cniKubeconfig == "" || o.CNIServiceAccount == ""):
-		return errors.New("--install-cni needs --cni-bin-dir, --cni-kubeconfig and --cni-service-account")
-	case o.InstallCNI && o.CNITokenLifetime < 10*time.Minute:
-		return fmt.Errorf("--cni-token-lifetime %v: the API server issues tokens for at least 10m", o.CNITokenLifetime)
+	case o.InstallCNI && o.CNIBinDir == "":
+		return errors.New("--install-cni needs --cni-bin-dir")
 	case o.ReleaseDelay < 0:
 		return fmt.Errorf("--network-release-delay %v: must not be negative", o.ReleaseDelay)
 	}
@@ -127,9 +116,6 @@ type Deps struct {
 	// Network tunes the agent's Network controller; its outcome is the
 	// agent's.
 	Network network.Options
-	// OperatorNamespace holds the CNI plugin's service account;
-	// CNIKubeconfig is where its credentials go.
-	OperatorNamespace, CNIKubeconfig string
 }
 
 // Agent is one node's part of netop: the Network controller building the
@@ -166,14 +152,7 @@ func New(ctx context.Context, o Options, d Deps) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--install-cni: find this binary: %w", err)
 		}
-		ca := d.Config.CAData
-		if len(ca) == 0 && d.Config.CAFile != "" {
-			if ca, err = os.ReadFile(d.Config.CAFile); err != nil {
-				return nil, fmt.Errorf("--install-cni: the API server's CA: %w", err)
-			}
-		}
-		a.cni = &CNIInstall{Executable: exe, BinDir: o.CNIBinDir, Kubeconfig: d.CNIKubeconfig, Server: d.Config.Host, CAData: ca,
-			Namespace: d.OperatorNamespace, ServiceAccount: o.CNIServiceAccount, Node: o.NodeName, TokenLifetime: o.CNITokenLifetime, Kube: d.Kube}
+		a.cni = &CNIInstall{Executable: PluginExecutable(exe), BinDir: o.CNIBinDir}
 	}
 	a.report = networknode.NewReport(d.Client, d.Kube, o.NodeName, o.Pod, reportDelay)
 	a.report.OnDemand(o.OnDemand)

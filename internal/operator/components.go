@@ -72,12 +72,12 @@ var components = []component{{
 }, {
 	name: "node agent", roles: agentOnly,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.Agent.AddFlags(fs) },
-	validate: func(o *Options) error { return o.Agent.Validate(o.CNIKubeconfig) },
+	validate: func(o *Options) error { return o.Agent.Validate() },
 	// Before the policy enforcement, which reads the Networks it holds.
 	build: func(ctx context.Context, s *shared) (runnable, error) {
 		a, err := agent.New(ctx, s.opts.Agent, agent.Deps{Config: s.config, Kube: s.kube, Client: s.client,
 			Networks: s.netop.Samplecrd().V2().Networks(), Namespace: s.opts.Namespace, Reports: s.netop.Netop().V1alpha1().NetworkNodes(), Pods: s.pods.Core().V1().Pods(), Backend: s.backend, Overlay: s.overlay, Recorder: s.recorder, Metrics: s.metrics,
-			Network: s.networkOptions(), OperatorNamespace: s.opts.OperatorNamespace, CNIKubeconfig: s.opts.CNIKubeconfig})
+			Network: s.networkOptions()})
 		if err != nil {
 			return nil, err
 		}

@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/agent"
 	"github.com/netop-dev/netop/internal/backend"
@@ -73,10 +71,6 @@ type Options struct {
 	// AllowReservedPrefixes lets Networks use special-purpose prefixes
 	// (see internal/netspec) in admission and in the controller alike.
 	AllowReservedPrefixes bool
-	// CNIKubeconfig is the path, on the nodes, of the CNI plugin's
-	// credentials: where the agents install them, and what the
-	// NetworkAttachmentDefinitions kept for Multus name.
-	CNIKubeconfig string
 	// CNIDataDir is the path, on the nodes, of the CNI plugin's records:
 	// what the NetworkAttachmentDefinitions name, and where hot-plug
 	// records what it attaches.
@@ -107,11 +101,9 @@ func NewOptions() *Options {
 		Workers:           4,
 		Resync:            5 * time.Minute,
 		OperatorNamespace: operatorNamespace(),
-		// Where the manifests mount the hosts' directories.
-		CNIKubeconfig: filepath.Join(config.DefaultCNIConfigDir, "netop.kubeconfig"),
-		Metrics:       metrics.Options{Addr: ":8080"},
-		Backend:       backends.NewOptions(),
-		Leader:        leader.NewOptions(),
+		Metrics:           metrics.Options{Addr: ":8080"},
+		Backend:           backends.NewOptions(),
+		Leader:            leader.NewOptions(),
 
 		Agent:              agent.NewOptions(),
 		Webhooks:           admission.NewOptions(),
@@ -171,7 +163,6 @@ func (o *Options) addSharedFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllowReservedPrefixes, "allow-reserved-prefixes", o.AllowReservedPrefixes, "Let Networks use special-purpose prefixes (IANA special-purpose registries: link-local 169.254.0.0/16 and fe80::/10, 0.0.0.0/8, 240.0.0.0/4, 6to4, NAT64, ...). Loopback and multicast, and prefixes that contain them such as a /0, stay refused.")
 	fs.StringVar(&o.CNIDataDir, "cni-data-dir", o.CNIDataDir, "Path, on the nodes, where netop's CNI plugin records attachments: written into the NetworkAttachmentDefinitions, and where hot-plug records what it attaches.")
 	fs.StringVar(&o.CNISocket, "cni-socket", o.CNISocket, "Unix socket, on the nodes, that netop's CNI plugin asks to attach pods: a path, or @name for an abstract socket of the bridges' network namespace. Served where bridges are built (empty: not served), and written into the NetworkAttachmentDefinitions.")
-	fs.StringVar(&o.CNIKubeconfig, "cni-kubeconfig", o.CNIKubeconfig, "Path, on the nodes, of the credentials of netop's CNI plugin, written into the NetworkAttachmentDefinitions netop keeps where Multus is installed.")
 }
 
 // Validate checks the shared options, and those of the components the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -227,5 +228,20 @@ func TestLogFileUnusable(t *testing.T) {
 	}
 	if got := lines(stderr); len(got) != 1 || !strings.Contains(got[0], `"Not logging to the file"`) || !strings.Contains(got[0], "logFile: ") {
 		t.Errorf("stderr: %q", stderr)
+	}
+}
+
+// The plugin runs once per pod and Network: it links no Kubernetes client,
+// whose packages' initialisation alone cost more than a whole ADD now
+// takes.
+func TestPluginLinksNoKubernetesClient(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/netop-dev/netop/cmd/netop-cni").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range lines(string(out)) {
+		if strings.HasPrefix(dep, "k8s.io/client-go/") || dep == "github.com/netop-dev/netop/internal/kubeclient" {
+			t.Errorf("netop-cni links %s", dep)
+		}
 	}
 }
