@@ -189,6 +189,11 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
 	var agents []*operator.Options
+	// No CNI plugin asks a standalone without a node: its socket is
+	// served only for a node (another netop sharing the namespace may
+	// serve its own).
+	nodeCNISocket := opts.CNISocket
+	opts.CNISocket = ""
 	if nodeOpts.enabled {
 		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Backend.Netns, started)
 		switch {
@@ -199,14 +204,14 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		default:
 			defer stopNodes()
 			if !multi {
-				nodes[0].hotPlug(opts)
+				nodes[0].serveNode(opts, nodeCNISocket)
 			}
 		}
 		if multi && nodeOpts.operator {
 			for _, n := range nodes {
 				o := *opts
 				o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
-				n.hotPlug(&o)
+				n.serveNode(&o, nodeCNISocket)
 				o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
 				agents = append(agents, &o)
 			}
@@ -291,11 +296,12 @@ type standaloneNode struct {
 	node    *node.Node
 }
 
-// hotPlug has netop attach the node's running pods through its runtime,
-// recording in its CNI plugin's records.
-func (n *standaloneNode) hotPlug(o *operator.Options) {
+// serveNode makes o the node side of n: the CNI plugin's socket and
+// records, and hot-plug of the node's running pods through its runtime.
+func (n *standaloneNode) serveNode(o *operator.Options, cniSocket string) {
 	o.HotPlug = hotplug.Config{CRISocket: node.ContainerdSocket(n.dataDir), Node: n.name, CNIConfig: node.PodNetwork}
 	o.CNIDataDir = node.CNIDataDir(n.dataDir)
+	o.CNISocket = cniSocket
 }
 
 // startNodes makes the underlay, serves the cluster's own Services on it,

@@ -263,11 +263,13 @@ func Webhooks(d Deps, cidrs *networks.CIDRs) webhook.Set {
 			MatchExpressions: []metav1.LabelSelectorRequirement{excluded},
 		},
 	}, {
-		Name:               "annotation.envoy.initializer.kubernetes.io",
-		Path:               PathInjectEnvoy,
-		Handler:            injector,
-		Mutating:           true,
-		Rules:              podRule,
+		Name:     "annotation.envoy.initializer.kubernetes.io",
+		Path:     PathInjectEnvoy,
+		Handler:  injector,
+		Mutating: true,
+		Rules:    podRule,
+		// Only pods that ask: any other pod's create costs no call.
+		MatchConditions:    optedIn[:1],
 		FailurePolicy:      admissionregistrationv1.Ignore,
 		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 		TimeoutSeconds:     2,

@@ -464,6 +464,18 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	if records, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
 		t.Errorf("records left: %+v", records)
 	}
+
+	// A pod of a namespace this netop does not manage (its --namespace)
+	// joins none of its Networks: chained, nothing to attach, at once.
+	elsewhere := &sandbox{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "not-" + n.ns, Name: "p", UID: "u"}},
+		containerID: "c-elsewhere", netns: missing.netns}
+	res, err := n.runtime.AddNetworkList(ctx, short, elsewhere.rt("eth0"))
+	if err != nil {
+		t.Fatalf("ADD of a pod of another namespace: %v", err)
+	}
+	if result, err := current.GetResult(res); err != nil || len(result.Interfaces) != 0 {
+		t.Errorf("ADD of a pod of another namespace: %+v %v, want nothing attached", result, err)
+	}
 }
 
 // A dual-stack Network: ADD gives the pod's interface both addresses, with

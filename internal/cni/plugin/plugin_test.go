@@ -90,6 +90,11 @@ func TestAddFailureLogged(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "log", "netop-cni.log")
 	args := podCall(netconf(t, filepath.Join(dir, "records"), map[string]any{"logFile": logFile}), "c-add")
+	// A namespace to pass (any file will do: nobody receives it).
+	args.Netns = filepath.Join(dir, "netns")
+	if err := os.WriteFile(args.Netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	stderr, err := invoke(t, "ADD", cmdAdd, args)
 	if err == nil || !strings.Contains(err.Error(), "netop's node agent did not answer at "+filepath.Join(dir, "records", "nobody.sock")) {
 		t.Fatalf("ADD with nobody serving the socket: %v", err)

@@ -47,6 +47,15 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		return result, nil
 	}
 	namespace, name := string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)
+	if s.opts.Namespace != "" && namespace != s.opts.Namespace {
+		// Its pods are not in the cache, and it joins none of the
+		// Networks of this netop, which allocates in one namespace.
+		if conf.Network != "" {
+			return nil, fmt.Errorf("pod %s/%s: netop manages namespace %s only", namespace, name, s.opts.Namespace)
+		}
+		logger.V(4).Info("A pod outside the namespace netop manages: nothing to attach")
+		return result, nil
+	}
 	timeout, err := conf.AddTimeout()
 	if err != nil {
 		return nil, err

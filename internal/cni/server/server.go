@@ -50,6 +50,10 @@ type Options struct {
 	// abstract socket is made and a configuration without nodeNetns
 	// attaches; "" is the process's own.
 	Netns string
+	// Namespace, if set, is the only namespace whose pods the informer
+	// holds (the operator's --namespace): no pod of another joins a
+	// Network this netop manages.
+	Namespace string
 }
 
 // Server attaches pods for the plugin.
@@ -108,14 +112,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.after.Wait()
 	defer wg.Wait()
 	for {
-		conn, err := l.Accept()
+		conn, err := l.AcceptUnix()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("CNI socket %s: %w", s.opts.Socket, err)
 		}
-		wg.Go(func() { s.serve(ctx, conn.(*net.UnixConn)) })
+		wg.Go(func() { s.serve(ctx, conn) })
 	}
 }
 

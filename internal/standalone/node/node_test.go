@@ -121,7 +121,7 @@ func TestWriteCNI(t *testing.T) {
 				DataDir string
 				Ranges  [][]struct{ Subnet string }
 			}
-			Kubeconfig, NodeNetns, DataDir string
+			Socket, NodeNetns, DataDir string
 		}
 	}
 	if err := json.Unmarshal(data, &conf); err != nil || len(conf.Plugins) != 2 {
@@ -131,8 +131,8 @@ func TestWriteCNI(t *testing.T) {
 		len(p.IPAM.Ranges) != 1 || p.IPAM.Ranges[0][0].Subnet != cfg.PodCIDR {
 		t.Errorf("plugin %+v", p)
 	}
-	// netop's plugin chained after it, as the node.
-	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Kubeconfig != cfg.Kubeconfig || p.NodeNetns != "" || p.DataDir != filepath.Join(dir, "cni/netop") {
+	// netop's plugin chained after it, asking netop on the node's socket.
+	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Socket != plugin.DefaultSocket || p.NodeNetns != "" || p.DataDir != filepath.Join(dir, "cni/netop") {
 		t.Errorf("netop plugin %+v", p)
 	}
 	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != cfg.Executable {

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/netop-dev/netop/internal/cni/plugin"
+)
+
+// The plugin's request arrives whole with the files it passed, which are
+// the plugin's files wherever their paths lead here; the answer goes back.
+// (The server end to end, with a real API server and netlink, is
+// test/podnet's.)
+func TestRequestCarriesFiles(t *testing.T) {
+	dir := t.TempDir()
+	l, err := listen(filepath.Join(dir, "cni.sock"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	var files []*os.File
+	for _, name := range []string{"netns", "records"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = f.Close() }()
+		files = append(files, f)
+	}
+	big := make([]byte, 200<<10) // longer than one read
+	for i := range big {
+		big[i] = 'x'
+	}
+	stdin, _ := json.Marshal(map[string]string{"padding": string(big)})
+	sent := plugin.Request{Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1", StdinData: stdin}, Files: []string{plugin.FilePodNetns, plugin.FileDataDir}}
+
+	type received struct {
+		req   plugin.Request
+		files []*os.File
+		err   error
+	}
+	got := make(chan received, 1)
+	go func() {
+		conn, err := l.AcceptUnix()
+		if err != nil {
+			got <- received{err: err}
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		req, files, err := readRequest(conn)
+		got <- received{req, files, err}
+		_ = json.NewEncoder(conn).Encode(plugin.Response{Result: json.RawMessage(`{"cniVersion":"1.1.0"}`)})
+	}()
+	resp, err := plugin.Call(t.Context(), filepath.Join(dir, "cni.sock"), sent, files, 10*time.Second)
+	if err != nil {
+		t.Fatalf("Call: %v", err)
+	}
+	if string(resp.Result) != `{"cniVersion":"1.1.0"}` {
+		t.Errorf("answer %s", resp.Result)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("readRequest: %v", r.err)
+	}
+	if r.req.Args.ContainerID != "c1" || string(r.req.Args.StdinData) != string(stdin) || len(r.req.Files) != 2 {
+		t.Errorf("request: container %q, %d bytes of stdin (sent %d), files %v", r.req.Args.ContainerID, len(r.req.Args.StdinData), len(stdin), r.req.Files)
+	}
+	if len(r.files) != len(files) {
+		t.Fatalf("%d files received, %d sent", len(r.files), len(files))
+	}
+	for i, f := range r.files {
+		defer func() { _ = f.Close() }()
+		a, errA := f.Stat()
+		b, errB := files[i].Stat()
+		if errA != nil || errB != nil || !os.SameFile(a, b) {
+			t.Errorf("file %d received is not the one sent (%v %v)", i, errA, errB)
+		}
+	}
+}
+
+// A socket another server answers on is not taken over; a stale one is.
+func TestListenRefusesAServedSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cni.sock")
+	l, err := listen(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen(path, ""); err == nil {
+		t.Error("a second server took over a served socket")
+	}
+	l.SetUnlinkOnClose(false)
+	_ = l.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the stale socket file: %v", err)
+	}
+	again, err := listen(path, "")
+	if err != nil {
+		t.Fatalf("listening over a stale socket: %v", err)
+	}
+	_ = again.Close()
+	abstract := "@netop-cni-test-" + filepath.Base(t.TempDir())
+	a, err := listen(abstract, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	if _, err := listen(abstract, ""); err == nil {
+		t.Error("a second server took over a served abstract socket")
+	}
+}
+
+// A waiter is told of its pod's next change, and only of its pod's.
+func TestChanges(t *testing.T) {
+	c := changes{waiting: map[string][]chan struct{}{}}
+	a, doneA := c.wait("ns/a")
+	b, doneB := c.wait("ns/b")
+	c.notify("ns/a")
+	select {
+	case <-a:
+	default:
+		t.Error("a's change not told")
+	}
+	select {
+	case <-b:
+		t.Error("b told of a's change")
+	default:
+	}
+	doneA()
+	doneB()
+	if len(c.waiting) != 0 {
+		t.Errorf("waiters left: %v", c.waiting)
+	}
+}
