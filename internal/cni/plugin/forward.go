@@ -68,12 +68,15 @@ func cmdAdd(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 	if err := os.MkdirAll(conf.DataDir, 0o700); err != nil {
 		return fmt.Errorf("attachment records: %w", err)
 	}
+	nodeNetns := conf.NodeNetns
+	if nodeNetns == "" {
+		// The bridges are in the namespace the runtime runs its plugins
+		// in, which need not be the node side's.
+		nodeNetns = "/proc/self/ns/net"
+	}
 	for _, p := range []struct{ name, path, what string }{
-		{FilePodNetns, args.Netns, "CNI_NETNS"}, {FileDataDir, conf.DataDir, "network configuration: dataDir"}, {FileNodeNetns, conf.NodeNetns, "network configuration: nodeNetns"},
+		{FilePodNetns, args.Netns, "CNI_NETNS"}, {FileDataDir, conf.DataDir, "network configuration: dataDir"}, {FileNodeNetns, nodeNetns, "network configuration: nodeNetns"},
 	} {
-		if p.path == "" && p.name == FileNodeNetns {
-			continue
-		}
 		f, err := os.Open(p.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.what, err)

@@ -73,9 +73,10 @@ func (c *Config) openLog() (log logr.Logger, closeLog func(), err error) {
 	return log, func() { _ = f.Close() }, nil
 }
 
-// invocation is what every line of a command says about it: the command,
-// and the container and pod it is for (GC and STATUS have neither).
-func invocation(command string, args *skel.CmdArgs) []any {
+// Invocation is what every line of a command says about it, here and on
+// the node side: the command, and the container and pod it is for (GC and
+// STATUS have neither).
+func Invocation(command string, args *skel.CmdArgs) []any {
 	kv := []any{"command", command}
 	for _, f := range []struct{ key, value string }{
 		{"containerID", args.ContainerID}, {"netns", args.Netns}, {"ifname", args.IfName},
@@ -113,7 +114,7 @@ func (r runner) cmd(name string, fn command) func(*skel.CmdArgs) error {
 // print.
 func (r runner) run(name string, fn command, args *skel.CmdArgs) error {
 	start := time.Now()
-	kv := invocation(name, args)
+	kv := Invocation(name, args)
 	stderr := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.stderr))).WithValues(kv...)
 	conf, err := LoadConfig(args.StdinData)
 	if err != nil {

@@ -174,8 +174,9 @@ func (c *Config) AddTimeout() (time.Duration, error) {
 // Store is where the configuration's attachments are recorded.
 func (c *Config) Store() cni.Store { return cni.Store{Dir: c.DataDir} }
 
-// attacher works in the namespace of the Networks' bridges.
-func (c *Config) attacher() (*cni.Attacher, error) {
+// Attacher works in the namespace of the Networks' bridges: nodeNetns, or
+// the process's own.
+func (c *Config) Attacher() (*cni.Attacher, error) {
 	var ns netns.NsHandle
 	var err error
 	if c.NodeNetns == "" {
@@ -196,7 +197,7 @@ func recorded(conf *Config, args *skel.CmdArgs) (record cni.Record, attacher *cn
 	if record, ok, err = conf.Store().Load(args.ContainerID); err != nil || !ok {
 		return record, nil, false, err
 	}
-	if attacher, err = conf.attacher(); err != nil {
+	if attacher, err = conf.Attacher(); err != nil {
 		return record, nil, false, err
 	}
 	return record, attacher, true, nil
@@ -276,7 +277,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	attacher, err := conf.attacher()
+	attacher, err := conf.Attacher()
 	if err != nil {
 		return err
 	}
@@ -322,7 +323,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 // cmdStatus: the plugin can attach when it can reach the node's namespace
 // and write its records.
 func cmdStatus(_ context.Context, conf *Config, _ *skel.CmdArgs) error {
-	attacher, err := conf.attacher()
+	attacher, err := conf.Attacher()
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +37,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	if err != nil {
 		return nil, fmt.Errorf("CNI_ARGS: %w", err)
 	}
-	logger := klog.FromContext(serverCtx).WithValues(invocation(args)...)
+	logger := klog.FromContext(serverCtx).WithValues(plugin.Invocation("ADD", args)...)
 	if pa.K8S_POD_NAME == "" {
 		if conf.Network != "" {
 			return nil, errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
@@ -81,7 +80,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		return result, nil
 	}
 
-	attacher, err := s.attacher(conf)
+	attacher, err := conf.Attacher()
 	if err != nil {
 		return nil, err
 	}
@@ -169,28 +168,6 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		})
 	}
 	return result, nil
-}
-
-// attacher works in the configuration's node namespace, or the bridges'
-// namespace of this process where it names none: the namespace the
-// plugin runs in, the runtime's, which is the one this process builds the
-// bridges in.
-func (s *Server) attacher(conf *plugin.Config) (*cni.Attacher, error) {
-	var ns netns.NsHandle
-	var err error
-	switch {
-	case conf.NodeNetns != "":
-		ns, err = netns.GetFromPath(conf.NodeNetns)
-	case s.opts.Netns != "":
-		ns, err = netns.GetFromName(s.opts.Netns)
-	default:
-		ns, err = netns.Get()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node network namespace %q: %w", conf.NodeNetns, err)
-	}
-	defer func() { _ = ns.Close() }()
-	return cni.NewAttacher(ns)
 }
 
 // networkStatus is the pod's network-status as Multus writes it: the

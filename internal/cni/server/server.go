@@ -27,7 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -47,8 +46,8 @@ type Options struct {
 	// configurations name it: a path or an abstract "@name".
 	Socket string
 	// Netns names the network namespace of the node's bridges, where an
-	// abstract socket is made and a configuration without nodeNetns
-	// attaches; "" is the process's own.
+	// abstract socket is made; "" is the process's own. (The plugin
+	// passes the namespace to attach in along its request.)
 	Netns string
 	// Namespace, if set, is the only namespace whose pods the informer
 	// holds (the operator's --namespace): no pod of another joins a
@@ -103,7 +102,7 @@ func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("socket", s.opts.Socket)
 	l, err := listen(s.opts.Socket, s.opts.Netns)
 	if err != nil {
-		return err
+		return fmt.Errorf("CNI socket %s: %w", s.opts.Socket, err)
 	}
 	logger.Info("Serving the CNI plugin")
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
@@ -123,6 +122,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
+// errServed: another server listens on the socket.
+var errServed = errors.New("another process serves it (another netop on this node?)")
+
 // listen makes the socket. An abstract one ("@name") belongs to a network
 // namespace: it is made in the bridges', which is the runtime's and its
 // plugins'. A path is made root's only, unless another process serves it.
@@ -133,7 +135,7 @@ func listen(path, netnsName string) (*net.UnixListener, error) {
 		if netnsName != "" {
 			var err error
 			if ns, err = netns.GetFromName(netnsName); err != nil {
-				return nil, fmt.Errorf("CNI socket %s: network namespace %q: %w", path, netnsName, err)
+				return nil, fmt.Errorf("network namespace %q: %w", netnsName, err)
 			}
 			defer func() { _ = ns.Close() }()
 		}
@@ -143,33 +145,33 @@ func listen(path, netnsName string) (*net.UnixListener, error) {
 			return err
 		})
 		if errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("CNI socket %s: another process serves it (another netop on this node?)", path)
+			return nil, errServed
 		}
 		if err != nil {
-			return nil, fmt.Errorf("CNI socket: %w", err)
+			return nil, err
 		}
 		return l, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("CNI socket: %w", err)
+		return nil, err
 	}
 	// A socket file outlives a crash; one that answers is another
 	// server's, which taking it over would silently cut off.
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("CNI socket %s: another process serves it (another netop on this node?)", path)
+		return nil, errServed
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("CNI socket: %w", err)
+		return nil, err
 	}
 	l, err := net.ListenUnix("unix", addr)
 	if err != nil {
-		return nil, fmt.Errorf("CNI socket: %w", err)
+		return nil, err
 	}
 	l.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, 0o600); err != nil {
 		_ = l.Close()
-		return nil, fmt.Errorf("CNI socket: %w", err)
+		return nil, err
 	}
 	return l, nil
 }
@@ -209,7 +211,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		}
 		resp := s.handleAdd(ctx, req, passed)
 		if resp.Error != nil {
-			logger.Error(resp.Error, "CNI ADD failed", invocation(req.Args)...)
+			logger.Error(resp.Error, "CNI ADD failed", plugin.Invocation("ADD", req.Args)...)
 		}
 		return resp
 	}()
@@ -268,15 +270,6 @@ func receivedFiles(oob []byte) ([]*os.File, error) {
 		}
 	}
 	return files, nil
-}
-
-// invocation is what the log says of a command: its container and pod.
-func invocation(args *skel.CmdArgs) []any {
-	kv := []any{"containerID", args.ContainerID, "ifname", args.IfName}
-	if pa, err := plugin.LoadPodArgs(args.Args); err == nil && pa.K8S_POD_NAME != "" {
-		kv = append(kv, "pod", klog.KRef(string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)))
-	}
-	return kv
 }
 
 // fromRoot checks that the peer runs as root.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -90,8 +91,8 @@ func TestListenRefusesAServedSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := listen(path, ""); err == nil {
-		t.Error("a second server took over a served socket")
+	if _, err := listen(path, ""); !errors.Is(err, errServed) {
+		t.Errorf("a second server on a served socket: %v, want %v", err, errServed)
 	}
 	l.SetUnlinkOnClose(false)
 	_ = l.Close()
@@ -109,8 +110,8 @@ func TestListenRefusesAServedSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = a.Close() }()
-	if _, err := listen(abstract, ""); err == nil {
-		t.Error("a second server took over a served abstract socket")
+	if _, err := listen(abstract, ""); !errors.Is(err, errServed) {
+		t.Errorf("a second server on a served abstract socket: %v, want %v", err, errServed)
 	}
 }
 
