@@ -40,6 +40,16 @@ const (
 	PhaseCachesSynced   = "caches_synced"
 )
 
+// Values of the phase label of cni_add_seconds.
+const (
+	// CNIPhaseAllocation: from the ADD's arrival until the node's cache
+	// holds the pod with its addresses (the allocation controller's
+	// patch, and the watch bringing it).
+	CNIPhaseAllocation = "allocation"
+	// CNIPhaseAttach: the interfaces made and recorded.
+	CNIPhaseAttach = "attach"
+)
+
 // Metrics are one operator's metrics.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -72,6 +82,9 @@ type Metrics struct {
 	PolicyProgramming *prometheus.HistogramVec
 	PolicyRules       prometheus.Gauge
 	PolicyElements    prometheus.Gauge
+	// CNIAdd times the node side's CNI ADDs by phase (see the
+	// CNIPhase values): where a pod's start waits on netop.
+	CNIAdd *prometheus.HistogramVec
 
 	queueDepth          *prometheus.GaugeVec
 	queueAdds           *prometheus.CounterVec
@@ -147,6 +160,10 @@ func New() *Metrics {
 		PolicyElements: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "policy", Name: "set_elements", Help: "Set elements (pod addresses) of the node's network policy table.",
 		}),
+		CNIAdd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "cni", Name: "add_seconds",
+			Help: "Time of the phases of the CNI ADDs this node side served, successful or not: allocation (waiting for the pod's addresses in the node's cache), attach (making and recording its interfaces).", Buckets: buckets,
+		}, []string{"phase"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -176,7 +193,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ReconcileTotal, m.ReconcileDuration, m.BackendDuration, m.BackendChanges, m.APIWrites, m.APIRequests, m.APIBytes, m.Startup, m.WebhookRejected, m.Leader, m.EventsWritten, m.EventsDropped,
-		m.PolicyProgramming, m.PolicyRules, m.PolicyElements,
+		m.PolicyProgramming, m.PolicyRules, m.PolicyElements, m.CNIAdd,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWorkDuration,
 		m.queueUnfinished, m.queueLongestRunning, m.queueRetries,
 	)

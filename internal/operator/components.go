@@ -96,7 +96,7 @@ var components = []component{{
 		if s.opts.CNISocket == "" {
 			return nil, nil
 		}
-		return cniserver.New(s.kube, s.pods.Core().V1().Pods(), cniserver.Options{Socket: s.opts.CNISocket, Netns: s.opts.Backend.Netns, Namespace: s.opts.Namespace})
+		return cniserver.New(s.kube, s.pods.Core().V1().Pods(), cniserver.Options{Socket: s.opts.CNISocket, Netns: s.opts.Backend.Netns, Namespace: s.opts.Namespace, Metrics: s.metrics})
 	},
 }, {
 	name: "network policy enforcement", roles: buildingBridges,

@@ -19,6 +19,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +31,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
@@ -87,6 +90,7 @@ type cniNode struct {
 	dataDir string
 	// socket is the operator's CNI server's; stop stops the operator.
 	socket   string
+	op       *operator.Operator
 	stop     func()
 	networks map[string]*samplecrdv1.Network
 }
@@ -136,7 +140,7 @@ func startCNINodeVia(t *testing.T, cfg *rest.Config, edit func(*operator.Options
 	if cfg == nil {
 		cfg = env.Config
 	}
-	_, n.stop = testenv.StartOperator(t, cfg, opts, be)
+	n.op, n.stop = testenv.StartOperator(t, cfg, opts, be)
 	n.socket = opts.CNISocket
 	for name, cidr := range map[string]string{"example-network": "192.168.0.0/16", "v6": "fd00:42::/64"} {
 		createNetwork(t, env, n.ns, name, cidr)
@@ -334,6 +338,12 @@ func TestCNIPlugin(t *testing.T) {
 				t.Errorf("ADD result %v, want %v", got, want)
 			}
 			n.requireAttached(t, a)
+			// Where a pod's start waits on netop is timed.
+			for _, phase := range []string{metrics.CNIPhaseAllocation, metrics.CNIPhaseAttach} {
+				if count := histogramCount(t, n.op.Metrics().CNIAdd.WithLabelValues(phase)); count < 1 {
+					t.Errorf("netop_cni_add_seconds{phase=%q}: %d samples after an ADD, want at least 1", phase, count)
+				}
+			}
 			if _, err := n.runtime.AddNetworkList(ctx, list, b.rt("eth0")); err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
@@ -643,4 +653,14 @@ func (k *link) cut(down bool) {
 		}
 		clear(k.conns)
 	}
+}
+
+// histogramCount is the number of samples a histogram holds.
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

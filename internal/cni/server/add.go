@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 )
 
@@ -61,7 +63,9 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	}
 	ctx, cancel := context.WithTimeout(serverCtx, timeout)
 	defer cancel()
+	waited := time.Now()
 	pod, allocations, err := s.podAllocations(ctx, namespace, name, string(pa.K8S_POD_UID))
+	s.observe(metrics.CNIPhaseAllocation, waited)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +84,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		return result, nil
 	}
 
+	defer s.observe(metrics.CNIPhaseAttach, time.Now())
 	attacher, err := conf.Attacher()
 	if err != nil {
 		return nil, err
@@ -168,6 +173,13 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		})
 	}
 	return result, nil
+}
+
+// observe records a phase of an ADD that began at start.
+func (s *Server) observe(phase string, start time.Time) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.CNIAdd.WithLabelValues(phase).Observe(time.Since(start).Seconds())
+	}
 }
 
 // networkStatus is the pod's network-status as Multus writes it: the

@@ -38,6 +38,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/metrics"
 )
 
 // Options are the server's settings.
@@ -49,6 +50,8 @@ type Options struct {
 	// abstract socket is made; "" is the process's own. (The plugin
 	// passes the namespace to attach in along its request.)
 	Netns string
+	// Metrics, if set, times the ADDs' phases.
+	Metrics *metrics.Metrics
 	// Namespace, if set, is the only namespace whose pods the informer
 	// holds (the operator's --namespace): no pod of another joins a
 	// Network this netop manages.

@@ -72,6 +72,29 @@ func (p *Proc) Metric(name string) float64 {
 	return sum
 }
 
+// Families are the process's metrics, by family name.
+func (p *Proc) Families() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + p.Metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// Histogram is the sum and count of a histogram's samples whose label
+// has value.
+func Histogram(families map[string]*dto.MetricFamily, name, label, value string) (sum, count float64) {
+	for _, m := range families[name].GetMetric() {
+		if Label(m, label) == value {
+			sum += m.GetHistogram().GetSampleSum()
+			count += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum, count
+}
+
 // Ready reports whether the process's /readyz answers 200.
 func (p *Proc) Ready() bool {
 	resp, err := http.Get("http://" + p.Metrics + "/readyz")

@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/controller/podnet"
+	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -66,6 +68,18 @@ func (s *sandbox) rt() *libcni.RuntimeConf {
 type usage struct {
 	requests                 map[string]float64
 	plugins, bench, operator float64
+	// phases are netop's histograms of where an ADD waits, by phase: the
+	// sum and count of their samples.
+	phases map[string][2]float64
+}
+
+// netopPhases are where a netop ADD's time goes, in order, by the
+// operator's histogram, label and value of each.
+var netopPhases = []struct{ phase, histogram, label, value string }{
+	{"allocation queue", "netop_workqueue_queue_duration_seconds", "name", podnet.Name},
+	{"allocation", "netop_workqueue_work_duration_seconds", "name", podnet.Name},
+	{"ADD waiting", "netop_cni_add_seconds", "phase", metrics.CNIPhaseAllocation},
+	{"ADD attaching", "netop_cni_add_seconds", "phase", metrics.CNIPhaseAttach},
 }
 
 func (d *driver) usage(ctx context.Context) (usage, error) {
@@ -80,6 +94,15 @@ func (d *driver) usage(ctx context.Context) (usage, error) {
 	u.plugins = seconds(children)
 	u.bench = seconds(self)
 	u.operator, _ = d.operator.Usage()
+	families, err := d.operator.Families()
+	if err != nil {
+		return u, fmt.Errorf("netop's metrics: %w", err)
+	}
+	u.phases = map[string][2]float64{}
+	for _, p := range netopPhases {
+		sum, count := benchproc.Histogram(families, p.histogram, p.label, p.value)
+		u.phases[p.phase] = [2]float64{sum, count}
+	}
 	return u, nil
 }
 
@@ -202,6 +225,15 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 			o.Requests[k] = perPod
 		}
 	}
+	if i.name == "netop" {
+		o.Phases = map[string]float64{}
+		for _, p := range netopPhases {
+			a, b := after.phases[p.phase], before.phases[p.phase]
+			if n := a[1] - b[1]; n > 0 {
+				o.Phases[p.phase] = (a[0] - b[0]) / n * 1000
+			}
+		}
+	}
 	o.PluginCPU = (after.plugins - before.plugins) / float64(n) * 1000
 	o.NetopCPU = (after.operator - before.operator) / float64(n) * 1000
 	o.BenchCPU = (after.bench - before.bench) / float64(n) * 1000
@@ -315,6 +347,16 @@ func report(c config, outcomes []outcome) {
 			o.Failures, o.Duplicates, o.PluginCPU, o.NetopCPU, o.BenchCPU, strings.Join(reqs, ", "))
 	}
 	_ = w.Flush()
+	for _, o := range outcomes {
+		if o.Phases == nil {
+			continue
+		}
+		var phases []string
+		for _, p := range netopPhases {
+			phases = append(phases, fmt.Sprintf("%s %.1f ms", p.phase, o.Phases[p.phase]))
+		}
+		fmt.Printf("%s, %s, mean per pod: %s\n", o.IPAM, o.Scenario, strings.Join(phases, ", "))
+	}
 	for _, o := range outcomes {
 		for _, e := range o.Errors {
 			fmt.Printf("%s, %s: %s\n", o.IPAM, o.Scenario, e)

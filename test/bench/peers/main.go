@@ -158,6 +158,8 @@ type outcome struct {
 	PluginCPU  float64            `json:"pluginCPUPerPodMs"`
 	NetopCPU   float64            `json:"operatorCPUPerPodMs"`
 	BenchCPU   float64            `json:"controlPlaneAndDriverCPUPerPodMs"`
+	// Phases are netop's means, in ms, of where an ADD waits.
+	Phases map[string]float64 `json:"netopPhasesMeanMs,omitempty"`
 }
 
 // run is the bench inside its namespace: dir holds the binaries (bin),
