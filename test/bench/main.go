@@ -37,8 +37,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -618,13 +616,7 @@ func (c *child) profile(name, path string) error {
 
 // metrics scrapes the child's counters of interest.
 func (c *child) metrics() (map[string]float64, error) {
-	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := benchproc.Scrape(c.metricsAddr)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -400,15 +398,7 @@ func TestNeutronNameCollision(t *testing.T) {
 // backendOps is how many backend operations of a kind the operator did.
 func backendOps(t *testing.T, op *operator.Operator, operation string) float64 {
 	t.Helper()
-	var m dto.Metric
-	h, ok := op.Metrics().BackendDuration.WithLabelValues(string(samplecrd.BackendNeutron), operation, "success").(prometheus.Metric)
-	if !ok {
-		t.Fatal("backend duration is not a metric")
-	}
-	if err := h.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return float64(m.GetHistogram().GetSampleCount())
+	return float64(testenv.HistogramCount(t, op.Metrics().BackendDuration.WithLabelValues(string(samplecrd.BackendNeutron), operation, "success")))
 }
 
 // A dual-stack v2 Network on Neutron: one network with a subnet per family,

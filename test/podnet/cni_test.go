@@ -19,8 +19,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -340,7 +338,7 @@ func TestCNIPlugin(t *testing.T) {
 			n.requireAttached(t, a)
 			// Where a pod's start waits on netop is timed.
 			for _, phase := range []string{metrics.CNIPhaseAllocation, metrics.CNIPhaseAttach} {
-				if count := histogramCount(t, n.op.Metrics().CNIAdd.WithLabelValues(phase)); count < 1 {
+				if count := testenv.HistogramCount(t, n.op.Metrics().CNIAdd.WithLabelValues(phase)); count < 1 {
 					t.Errorf("netop_cni_add_seconds{phase=%q}: %d samples after an ADD, want at least 1", phase, count)
 				}
 			}
@@ -653,14 +651,4 @@ func (k *link) cut(down bool) {
 		}
 		clear(k.conns)
 	}
-}
-
-// histogramCount is the number of samples a histogram holds.
-func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := o.(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
 }

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -422,4 +424,18 @@ func RegisterNode(ctx context.Context, kube kubernetes.Interface, name, internal
 		_, err = kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// HistogramCount is the number of samples an operator's histogram holds.
+func HistogramCount(t testing.TB, o prometheus.Observer) uint64 {
+	t.Helper()
+	h, ok := o.(prometheus.Metric)
+	if !ok {
+		t.Fatalf("%T is not a metric", o)
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -72,9 +72,9 @@ func (p *Proc) Metric(name string) float64 {
 	return sum
 }
 
-// Families are the process's metrics, by family name.
-func (p *Proc) Families() (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + p.Metrics + "/metrics")
+// Scrape reads the metrics served at addr's /metrics, by family name.
+func Scrape(addr string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func (d *driver) usage(ctx context.Context) (usage, error) {
 	u.plugins = seconds(children)
 	u.bench = seconds(self)
 	u.operator, _ = d.operator.Usage()
-	families, err := d.operator.Families()
+	families, err := benchproc.Scrape(d.operator.Metrics)
 	if err != nil {
 		return u, fmt.Errorf("netop's metrics: %w", err)
 	}
