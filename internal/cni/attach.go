@@ -10,8 +10,6 @@ package cni
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +19,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 )
 
 // Attachment is one pod interface on a Network's bridge.
@@ -135,13 +135,6 @@ func (a *Attacher) WaitBridge(ctx context.Context, name string) error {
 	}
 }
 
-// HostVethName is the host end's name for a container's interface: the
-// same on ADD and DEL, at most 15 bytes.
-func HostVethName(containerID, iface string) string {
-	sum := sha256.Sum256([]byte(containerID + "/" + iface))
-	return "nv" + hex.EncodeToString(sum[:])[:13]
-}
-
 // Add attaches the pod. An attachment left by an earlier ADD of the same
 // container and interface is replaced; on failure nothing is left.
 func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
@@ -163,7 +156,7 @@ func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
 		return Attached{}, fmt.Errorf("interface %s: the pod already has one", at.Interface)
 	}
 
-	hostVeth := HostVethName(at.ContainerID, at.Interface)
+	hostVeth := ifname.HostVeth(at.ContainerID, at.Interface)
 	if err := a.deleteLink(hostVeth); err != nil {
 		return Attached{}, err
 	}
@@ -221,7 +214,7 @@ func (a *Attacher) Check(at Attachment) error {
 	if err != nil {
 		return fmt.Errorf("bridge %s of the network: %w", at.Bridge, err)
 	}
-	host, err := a.node.LinkByName(HostVethName(at.ContainerID, at.Interface))
+	host, err := a.node.LinkByName(ifname.HostVeth(at.ContainerID, at.Interface))
 	if err != nil {
 		return fmt.Errorf("host end of %s: %w", at.Interface, err)
 	}
@@ -274,7 +267,7 @@ func (a *Attacher) Check(at Attachment) error {
 // Del detaches the pod's interface: the host end goes, and the pod's end
 // with it. Nothing to detach is not an error.
 func (a *Attacher) Del(containerID, iface string) error {
-	return a.deleteLink(HostVethName(containerID, iface))
+	return a.deleteLink(ifname.HostVeth(containerID, iface))
 }
 
 // HostVeths lists the host ends netop made on this node, by name.

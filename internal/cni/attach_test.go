@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
@@ -64,7 +65,7 @@ func TestAddCheckDel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.MAC.String() != mac.String() || got.HostVeth != HostVethName("c0ffee", "net1") {
+	if got.MAC.String() != mac.String() || got.HostVeth != ifname.HostVeth("c0ffee", "net1") {
 		t.Errorf("attached %+v", got)
 	}
 	link, err := pod.LinkByName("net1")

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/netop-dev/netop/internal/atomicfile"
@@ -44,12 +45,28 @@ type RecordedInterface struct {
 	MAC       string   `json:"mac"`
 }
 
-// containerIDs are what runtimes use: letters, digits, '.', '_', '-'
-// (the CNI spec's rule), which also keeps a record's file inside Dir.
-var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$`)
+// validContainerID accepts what runtimes use: letters, digits, '.', '_',
+// '-', starting with a letter or digit, at most 128 (the CNI spec's rule),
+// which also keeps a record's file inside Dir. A loop, not a regexp: the
+// plugin checks it on every command, and compiling `{0,127}` at start took
+// a tenth of the plugin's start-up.
+func validContainerID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func (s Store) path(containerID string) (string, error) {
-	if !containerIDPattern.MatchString(containerID) {
+	if !validContainerID(containerID) {
 		return "", fmt.Errorf("container ID %q: must be letters, digits, '.', '_' or '-', at most 128", containerID)
 	}
 	return filepath.Join(s.Dir, containerID+".json"), nil
@@ -129,4 +146,54 @@ func (s Store) List() ([]Record, error) {
 		}
 	}
 	return out, nil
+}
+
+// Prefixes parses addresses as allocations and records write them, with
+// the Network's prefix length.
+func Prefixes(ips []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, ip := range ips {
+		p, err := netip.ParsePrefix(ip)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: %w", ip, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// With is the record with interfaces added, replacing any of the same
+// name.
+func (r Record) With(interfaces ...RecordedInterface) Record {
+	r.Interfaces = slices.Clone(r.Interfaces)
+	for _, added := range interfaces {
+		r.Interfaces = slices.DeleteFunc(r.Interfaces, func(i RecordedInterface) bool { return i.Interface == added.Interface })
+		r.Interfaces = append(r.Interfaces, added)
+	}
+	return r
+}
+
+// Without is the record without the interfaces named.
+func (r Record) Without(interfaces []string) Record {
+	r.Interfaces = slices.DeleteFunc(slices.Clone(r.Interfaces), func(i RecordedInterface) bool { return slices.Contains(interfaces, i.Interface) })
+	return r
+}
+
+// Forget drops interfaces from the container's record, and the record
+// once it has none.
+func (s Store) Forget(record Record, interfaces []string) error {
+	if len(interfaces) == 0 {
+		return nil
+	}
+	record = record.Without(interfaces)
+	if len(record.Interfaces) == 0 {
+		if err := s.Remove(record.ContainerID); err != nil {
+			return fmt.Errorf("removing the record of %s: %w", record.ContainerID, err)
+		}
+		return nil
+	}
+	if err := s.Save(record); err != nil {
+		return fmt.Errorf("removing %s from the record of %s: %w", strings.Join(interfaces, ", "), record.ContainerID, err)
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 )
 
 func TestStore(t *testing.T) {
@@ -13,7 +15,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("empty store: %v %v", rs, err)
 	}
 	r := Record{ContainerID: "abc123", Netns: "/var/run/netns/x", Pod: "default/p",
-		Interfaces: []RecordedInterface{{Interface: "net1", Network: "default/n", Bridge: "br", HostVeth: HostVethName("abc123", "net1"), IPs: []string{"192.168.0.2/16"}}}}
+		Interfaces: []RecordedInterface{{Interface: "net1", Network: "default/n", Bridge: "br", HostVeth: ifname.HostVeth("abc123", "net1"), IPs: []string{"192.168.0.2/16"}}}}
 	if err := s.Save(r); err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +42,14 @@ func TestStore(t *testing.T) {
 	if _, ok, err := s.Load("abc123"); ok || err != nil {
 		t.Fatalf("after remove: %v %v", ok, err)
 	}
-	for _, bad := range []string{"", "../escape", "a/b", ".hidden"} {
+	for _, bad := range []string{"", "../escape", "a/b", ".hidden", "-flag", "a\x00b", "é", strings.Repeat("a", 129)} {
 		if err := s.Save(Record{ContainerID: bad}); err == nil {
 			t.Errorf("container ID %q accepted", bad)
+		}
+	}
+	for _, good := range []string{"a", "Z9_.-x", strings.Repeat("f", 128)} {
+		if err := s.Save(Record{ContainerID: good}); err != nil {
+			t.Errorf("container ID %q refused: %v", good, err)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/tenancy"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
@@ -109,7 +110,7 @@ func indexPods(list []*corev1.Pod) []pod {
 		}
 		ip := pod{namespace: p.Namespace, labels: p.Labels, interfaces: map[string][]linux.Endpoint{}}
 		for _, a := range allocations {
-			bridge := linux.BridgeName(a.NetworkUID)
+			bridge := ifname.Bridge(a.NetworkUID)
 			for _, s := range a.IPs {
 				if prefix, err := netip.ParsePrefix(s); err == nil {
 					ip.interfaces[a.Network] = append(ip.interfaces[a.Network], linux.Endpoint{Bridge: bridge, Addr: prefix.Addr()})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -64,7 +65,7 @@ func addrs(endpoints []linux.Endpoint) []string {
 }
 
 func TestResolve(t *testing.T) {
-	br := linux.BridgeName(netUID)
+	br := ifname.Bridge(netUID)
 	sel := func(k, v string) *metav1.LabelSelector {
 		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
@@ -234,7 +235,7 @@ func TestControllerAndAgents(t *testing.T) {
 	first := createNetwork(t, env, ns, "first", "10.140.0.0/24")
 	got := env.WaitReady(t, ns, "first", metav1.ConditionTrue, samplecrd.ReasonProvisioned, 30*time.Second)
 	wantNodes(got, 3, 3)
-	if want := linux.BridgeName(first.UID); got.Status.Backend == nil || got.Status.Backend.Interface != want {
+	if want := ifname.Bridge(first.UID); got.Status.Backend == nil || got.Status.Backend.Interface != want {
 		t.Errorf("status.backend %+v, want interface %s", got.Status.Backend, want)
 	}
 	for _, n := range nodes {
@@ -253,12 +254,12 @@ func TestControllerAndAgents(t *testing.T) {
 		// reports come with the Ready condition.
 		waitFlooding(t, 10*time.Second, n, vx, slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == addrs[i] })...)
 		if link := ip(t, "-n", n.netns, "-d", "-o", "link", "show", vx); !strings.Contains(link, fmt.Sprintf("vxlan id %d ", got.Status.VNI)) ||
-			!strings.Contains(link, "master "+linux.BridgeName(first.UID)) || !strings.Contains(link, "mtu 1450 ") {
+			!strings.Contains(link, "master "+ifname.Bridge(first.UID)) || !strings.Contains(link, "mtu 1450 ") {
 			t.Errorf("node %s: %s", n.name, link)
 		}
 	}
-	podA := attachPod(t, nodes[0], linux.BridgeName(first.UID), "10.140.0.10/24")
-	attachPod(t, nodes[2], linux.BridgeName(first.UID), "10.140.0.30/24")
+	podA := attachPod(t, nodes[0], ifname.Bridge(first.UID), "10.140.0.10/24")
+	attachPod(t, nodes[2], ifname.Bridge(first.UID), "10.140.0.30/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
 		err := ping(podA, "10.140.0.30")
 		return err == nil, fmt.Sprintf("pod on %s to pod on %s over the overlay: %v", nodes[0].name, nodes[2].name, err)
@@ -466,8 +467,8 @@ func TestAgentsOnDemand(t *testing.T) {
 	waitRealised(true, false, true)
 	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[2])
 	waitFlooding(t, 30*time.Second, nodes[2], vx, addrs[0])
-	podA := attachPod(t, nodes[0], linux.BridgeName(network.UID), "10.142.0.10/24")
-	attachPod(t, nodes[2], linux.BridgeName(network.UID), "10.142.0.30/24")
+	podA := attachPod(t, nodes[0], ifname.Bridge(network.UID), "10.142.0.10/24")
+	attachPod(t, nodes[2], ifname.Bridge(network.UID), "10.142.0.30/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
 		err := ping(podA, "10.142.0.30")
 		return err == nil, fmt.Sprintf("pod on %s to pod on %s over the overlay: %v", nodes[0].name, nodes[2].name, err)
@@ -478,7 +479,7 @@ func TestAgentsOnDemand(t *testing.T) {
 	waitRealised(true, true, true)
 	waitFlooding(t, 30*time.Second, nodes[0], vx, addrs[1], addrs[2])
 	waitFlooding(t, 30*time.Second, nodes[1], vx, addrs[0], addrs[2])
-	podB := attachPod(t, nodes[1], linux.BridgeName(network.UID), "10.142.0.20/24")
+	podB := attachPod(t, nodes[1], ifname.Bridge(network.UID), "10.142.0.20/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
 		err := ping(podB, "10.142.0.10")
 		return err == nil, fmt.Sprintf("pod on %s, realised on demand, to pod on %s: %v", nodes[1].name, nodes[0].name, err)
@@ -525,7 +526,7 @@ func TestAgentsUpgradeToOnDemand(t *testing.T) {
 	}
 	placePod(t, env, ns, "on-a", nodes[0], used.Name)
 	placePod(t, env, ns, "on-c", nodes[2], used.Name)
-	bridge := linux.BridgeName(used.UID)
+	bridge := ifname.Bridge(used.UID)
 	podA := attachPod(t, nodes[0], bridge, "10.143.0.10/24")
 	attachPod(t, nodes[2], bridge, "10.143.0.30/24")
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {

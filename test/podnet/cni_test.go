@@ -27,6 +27,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -218,7 +219,7 @@ func (n *cniNode) newSandboxOn(t *testing.T, ns, name, networks, node string, wa
 
 func (n *cniNode) bridge(t *testing.T, network string) netlink.Link {
 	t.Helper()
-	br, err := n.node.LinkByName(linux.BridgeName(n.networks[network].UID))
+	br, err := n.node.LinkByName(ifname.Bridge(n.networks[network].UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func (n *cniNode) requireAttached(t *testing.T, s *sandbox) {
 				t.Errorf("pod %s: no route to %s through %s: %v", s.pod.Name, cidr, a.Interface, routes)
 			}
 		}
-		host, err := n.node.LinkByName(cni.HostVethName(s.containerID, a.Interface))
+		host, err := n.node.LinkByName(ifname.HostVeth(s.containerID, a.Interface))
 		if err != nil {
 			t.Fatalf("pod %s: host end of %s: %v", s.pod.Name, a.Interface, err)
 		}
@@ -274,7 +275,7 @@ func (n *cniNode) requireAttached(t *testing.T, s *sandbox) {
 func (n *cniNode) requireDetached(t *testing.T, s *sandbox) {
 	t.Helper()
 	for _, a := range s.allocations {
-		if _, err := n.node.LinkByName(cni.HostVethName(s.containerID, a.Interface)); err == nil {
+		if _, err := n.node.LinkByName(ifname.HostVeth(s.containerID, a.Interface)); err == nil {
 			t.Errorf("pod %s: host end of %s left", s.pod.Name, a.Interface)
 		}
 		if _, err := s.handle.LinkByName(a.Interface); err == nil {
@@ -373,7 +374,7 @@ func TestCNIPlugin(t *testing.T) {
 				}
 				// A host end no record knows, as a crash between the
 				// kernel's work and the record would leave.
-				orphan := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: cni.HostVethName("gone", "net1")}, PeerName: "orphan-peer"}
+				orphan := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ifname.HostVeth("gone", "net1")}, PeerName: "orphan-peer"}
 				if err := n.node.LinkAdd(orphan); err != nil {
 					t.Fatal(err)
 				}
@@ -385,7 +386,7 @@ func TestCNIPlugin(t *testing.T) {
 				if _, err := n.node.LinkByName(orphan.Name); err == nil {
 					t.Error("GC left a host end no record knows")
 				}
-				if _, err := n.node.LinkByName(cni.HostVethName(a.containerID, "net1")); err != nil {
+				if _, err := n.node.LinkByName(ifname.HostVeth(a.containerID, "net1")); err != nil {
 					t.Errorf("GC removed a valid attachment: %v", err)
 				}
 			}

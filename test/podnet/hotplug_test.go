@@ -20,8 +20,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/allocated"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/cri"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -172,7 +173,7 @@ func (n *cniNode) requireNoInterface(t *testing.T, s *sandbox, iface string) {
 	if _, err := s.handle.LinkByName(iface); err == nil {
 		t.Errorf("pod %s: %s is there", s.pod.Name, iface)
 	}
-	if _, err := n.node.LinkByName(cni.HostVethName(s.containerID, iface)); err == nil {
+	if _, err := n.node.LinkByName(ifname.HostVeth(s.containerID, iface)); err == nil {
 		t.Errorf("pod %s: the host end of %s is there", s.pod.Name, iface)
 	}
 	if r, _, _ := (cni.Store{Dir: n.dataDir}).Load(s.containerID); slices.ContainsFunc(r.Interfaces, func(i cni.RecordedInterface) bool { return i.Interface == iface }) {
@@ -224,7 +225,7 @@ func TestHotPlugFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Save(rec.With("netop-test", p1.allocations[1:])); err != nil {
+		if err := store.Save(rec.With(allocated.Interfaces("netop-test", p1.containerID, p1.allocations[1:]...)...)); err != nil {
 			t.Fatal(err)
 		}
 		n.startHotPlug(parent, runtime)
@@ -267,7 +268,7 @@ func TestHotPlugFailures(t *testing.T) {
 			return apierrors.IsNotFound(err), fmt.Sprintf("Network late still there: %v", err)
 		})
 		n.requireNoInterface(t, p2, "net3")
-		if _, err := n.node.LinkByName(linux.BridgeName(late.UID)); err == nil {
+		if _, err := n.node.LinkByName(ifname.Bridge(late.UID)); err == nil {
 			t.Error("Network late's bridge is still there")
 		}
 	})

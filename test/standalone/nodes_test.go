@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netop-dev/netop/config"
-	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/nettest"
@@ -131,7 +131,7 @@ func TestNodesWithManifests(t *testing.T) {
 	}
 	// On demand (the agents' default): Ready, on no node until pods use it.
 	waitNodes("0/0 (of 3)", metav1.ConditionTrue, "")
-	bridge := linux.BridgeName(network.UID)
+	bridge := ifname.Bridge(network.UID)
 	hasBridge := func(netns string) bool {
 		return exec.Command("ip", "-n", netns, "link", "show", bridge).Run() == nil
 	}
@@ -233,7 +233,7 @@ func TestNodesWithManifests(t *testing.T) {
 	})
 	for _, ns := range netnss {
 		out, _ := exec.Command("ip", "-n", ns, "-br", "link", "show", "type", "bridge").Output()
-		if got := strings.Count(string(out), linux.BridgeName(during.UID)); got != 0 {
+		if got := strings.Count(string(out), ifname.Bridge(during.UID)); got != 0 {
 			t.Errorf("node namespace %s has %d bridges of the Network made during the failover, which no pod uses", ns, got)
 		}
 	}

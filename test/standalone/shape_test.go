@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/controller/podnet"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
@@ -232,7 +233,7 @@ func checkRealised(t *testing.T, netnss []string, uid types.UID, want ...bool) {
 	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
 		var got []bool
 		for _, ns := range netnss {
-			bridge := exec.Command("ip", "-n", ns, "link", "show", linux.BridgeName(uid)).Run() == nil
+			bridge := exec.Command("ip", "-n", ns, "link", "show", ifname.Bridge(uid)).Run() == nil
 			vxlan := exec.Command("ip", "-n", ns, "link", "show", linux.VXLANName(uid)).Run() == nil
 			got = append(got, bridge && vxlan)
 		}

@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 )
 
 // Backend stands for the bridges of the node agents.
@@ -25,7 +25,7 @@ func (Backend) Ensure(_ context.Context, want backend.Network, _ *backend.Ref) (
 	if err := want.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	return backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: linux.BridgeName(want.UID)}}, nil
+	return backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: ifname.Bridge(want.UID)}}, nil
 }
 
 // Delete does nothing: each agent removes its bridge once the Network is

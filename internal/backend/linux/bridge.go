@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 )
 
 // ErrForeign is wrapped by errors about an interface that has a bridge's
@@ -25,13 +26,6 @@ import (
 var ErrForeign = errors.New("interface is not owned by this Network")
 
 const (
-	bridgePrefix = "netop"
-	// ifNameSize is IFNAMSIZ without the terminating NUL.
-	ifNameSize = 15
-	// uidDigits: "netop" + 10 = 15 bytes. 40 bits of a random UUID make a
-	// clash unlikely; if one happens the alias check refuses it.
-	uidDigits = ifNameSize - len(bridgePrefix)
-
 	// maxAliasLen is IFALIASZ without the terminating NUL.
 	maxAliasLen = 255
 
@@ -39,28 +33,6 @@ const (
 	// changes, whose results may be inconsistent.
 	dumpRetries = 5
 )
-
-// BridgeName returns the name of the bridge of the Network with this UID:
-// "netop" and the first ten hex digits of the UID. Deriving it from the UID
-// means a crash between creating a bridge and recording it never leads to
-// a second bridge.
-func BridgeName(uid types.UID) string {
-	var b [ifNameSize]byte
-	n := copy(b[:], bridgePrefix)
-	for i := 0; i < len(uid) && n < len(b); i++ {
-		c := uid[i]
-		switch {
-		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
-		case 'A' <= c && c <= 'F':
-			c += 'a' - 'A'
-		default:
-			continue // dashes, and anything else that is no interface name
-		}
-		b[n] = c
-		n++
-	}
-	return string(b[:n])
-}
 
 // validUID accepts UIDs that give a full bridge name and a parsable alias.
 func validUID(uid types.UID) bool {
@@ -77,7 +49,7 @@ func validUID(uid types.UID) bool {
 			return false
 		}
 	}
-	return digits >= uidDigits
+	return digits >= ifname.BridgeUIDDigits
 }
 
 // Alias returns the interface alias that marks a bridge as owner's:
@@ -108,7 +80,7 @@ func (b *Backend) Ensure(ctx context.Context, want backend.Network, _ *backend.R
 	if err := want.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	name := BridgeName(want.UID)
+	name := ifname.Bridge(want.UID)
 	logger := klog.FromContext(ctx).WithValues("bridge", name, "netns", b.netnsName)
 	res := backend.Result{Status: backend.Ref{Type: backend.TypeLinux, Interface: name}}
 
@@ -435,7 +407,7 @@ func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *bac
 		return fmt.Errorf("invalid UID %q", owner.UID)
 	}
 	logger := klog.FromContext(ctx).WithValues("netns", b.netnsName)
-	derived := BridgeName(owner.UID)
+	derived := ifname.Bridge(owner.UID)
 	// The VXLAN port first: deleting a bridge only frees its ports.
 	if err := b.deleteVXLAN(owner.UID); err != nil {
 		return err
@@ -453,7 +425,7 @@ func (b *Backend) Delete(ctx context.Context, owner backend.Owner, recorded *bac
 // for owner.
 func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Owner, derived bool) error {
 	logger = logger.WithValues("bridge", name)
-	if len(name) > ifNameSize || strings.ContainsAny(name, "/ \t\n\x00") {
+	if len(name) > ifname.Size || strings.ContainsAny(name, "/ \t\n\x00") {
 		logger.Info("Ignoring invalid recorded interface name")
 		return nil
 	}
@@ -494,12 +466,12 @@ func (b *Backend) deleteOwned(logger klog.Logger, name string, owner backend.Own
 // InUse reports whether the bridge of owner has a port besides its VXLAN
 // device: a pod's host end.
 func (b *Backend) InUse(_ context.Context, owner backend.Owner) (bool, error) {
-	bridge, err := b.nl.LinkByName(BridgeName(owner.UID))
+	bridge, err := b.nl.LinkByName(ifname.Bridge(owner.UID))
 	if isLinkNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("look up bridge %s: %w", BridgeName(owner.UID), err)
+		return false, fmt.Errorf("look up bridge %s: %w", ifname.Bridge(owner.UID), err)
 	}
 	links, err := b.nl.LinkList()
 	if err != nil {

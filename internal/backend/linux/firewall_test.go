@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
@@ -87,7 +88,7 @@ func TestFirewall(t *testing.T) {
 	}
 	n := network(t, "a", "10.93.0.0/24", "10.93.0.1")
 	e.ensure(t, n, backend.ActionCreated)
-	br := BridgeName(n.UID)
+	br := ifname.Bridge(n.UID)
 	p1, p2, p3 := e.attach(t, n, "10.93.0.2/24"), e.attach(t, n, "10.93.0.3/24"), e.attach(t, n, "10.93.0.4/24")
 	for _, p := range []pod{p1, p2, p3} {
 		p.serve(t, 80)
@@ -229,7 +230,7 @@ func TestFirewallIPv6(t *testing.T) {
 	}
 	n := network(t, "v6", "fd00:93::/64", "fd00:93::1")
 	e.ensure(t, n, backend.ActionCreated)
-	br := BridgeName(n.UID)
+	br := ifname.Bridge(n.UID)
 	const a1, a2, a3 = "fd00:93::2", "fd00:93::3", "fd00:93::4"
 	p1, p2, p3 := e.attach(t, n, a1+"/64"), e.attach(t, n, a2+"/64"), e.attach(t, n, a3+"/64")
 	for _, p := range []pod{p1, p2, p3} {

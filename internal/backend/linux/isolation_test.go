@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
@@ -39,7 +40,7 @@ func (e *testEnv) attach(t *testing.T, n backend.Network, addr string) pod {
 		t.Fatal(err)
 	}
 	defer func() { _ = podNs.Close() }()
-	bridge, err := e.hand.LinkByName(BridgeName(n.UID))
+	bridge, err := e.hand.LinkByName(ifname.Bridge(n.UID))
 	if err != nil {
 		t.Fatal(err)
 	}

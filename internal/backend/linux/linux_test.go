@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
@@ -117,7 +118,7 @@ func (e *testEnv) ensure(t *testing.T, want backend.Network, wantAction backend.
 	if res.Action != wantAction {
 		t.Errorf("Ensure(%s, %v) action = %q, want %q", want.Name, want.Families, res.Action, wantAction)
 	}
-	wantStatus := backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(want.UID)}
+	wantStatus := backend.Ref{Type: backend.TypeLinux, Interface: ifname.Bridge(want.UID)}
 	if !backend.SameStatus(&res.Status, &wantStatus) {
 		t.Errorf("status = %+v, want %+v", res.Status, wantStatus)
 	}
@@ -126,7 +127,7 @@ func (e *testEnv) ensure(t *testing.T, want backend.Network, wantAction backend.
 // checkBridge verifies the bridge of want as the kernel sees it.
 func (e *testEnv) checkBridge(t *testing.T, want backend.Network) {
 	t.Helper()
-	name := BridgeName(want.UID)
+	name := ifname.Bridge(want.UID)
 	link, err := e.hand.LinkByName(name)
 	if err != nil {
 		t.Fatalf("bridge %s: %v", name, err)
@@ -303,7 +304,7 @@ func TestEnsureCreatesBridge(t *testing.T) {
 		t.Errorf("creating Ensure beside another bridge made netlink calls %v, want %v", got, wantCalls)
 	}
 	// Up, without an IPv6 link-local address (see setUp).
-	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestEnsureUpdatesAddress(t *testing.T) {
 	e.ensure(t, want, backend.ActionNone)
 
 	// Drift: an extra address and the bridge set down by hand.
-	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +372,7 @@ func TestEnsureUpdatesAddress(t *testing.T) {
 	want = withFamily(want, 0, backend.Family{CIDR: netip.MustParsePrefix("fd00:1::/64"), Gateway: netip.MustParseAddr("fd00:1::1")})
 	e.ensure(t, want, backend.ActionUpdated)
 	e.checkBridge(t, want)
-	if got := e.ipv6Disabled(t, BridgeName(want.UID)); got != "0" {
+	if got := e.ipv6Disabled(t, ifname.Bridge(want.UID)); got != "0" {
 		t.Errorf("disable_ipv6 of the bridge of an IPv6 Network is %q, want 0", got)
 	}
 }
@@ -395,12 +396,12 @@ func TestEnsureIPv6(t *testing.T) {
 	want := network(t, "net6", "2001:db8:1::/64", "2001:db8:1::1")
 	e.ensure(t, want, backend.ActionCreated)
 	e.checkBridge(t, want)
-	if got := e.ipv6Disabled(t, BridgeName(want.UID)); got != "0" {
+	if got := e.ipv6Disabled(t, ifname.Bridge(want.UID)); got != "0" {
 		t.Errorf("disable_ipv6 of the bridge of an IPv6 Network is %q, want 0", got)
 	}
 
 	// Link-local addresses belong to the kernel and stay.
-	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +460,7 @@ func TestEnsureRefusesForeignLinks(t *testing.T) {
 			e := newTestEnv(t)
 			want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
 			other := backend.Owner{Namespace: "default", Name: "other", UID: newUID(t)}
-			name := BridgeName(want.UID)
+			name := ifname.Bridge(want.UID)
 			tc.add(t, e, name, want.Owner, other)
 			before, err := e.hand.LinkByName(name)
 			if err != nil {
@@ -500,7 +501,7 @@ func TestEnsureAdoptsUnmarkedBridge(t *testing.T) {
 	e := newTestEnv(t)
 	want := network(t, "net1", "10.1.0.0/16", "10.1.0.1")
 	// What a crash between creating the bridge and marking it leaves.
-	if err := e.hand.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName(want.UID)}}); err != nil {
+	if err := e.hand.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: ifname.Bridge(want.UID)}}); err != nil {
 		t.Fatal(err)
 	}
 	e.ensure(t, want, backend.ActionUpdated)
@@ -519,7 +520,7 @@ func TestClusterOwnership(t *testing.T) {
 	adopted.Cluster = "cluster-a"
 	e.ensure(t, adopted, backend.ActionUpdated)
 	e.checkBridge(t, adopted)
-	if link, err := e.hand.LinkByName(BridgeName(legacy.UID)); err != nil || link.Attrs().Alias != "netop:cluster-a:default/legacy/"+string(legacy.UID) {
+	if link, err := e.hand.LinkByName(ifname.Bridge(legacy.UID)); err != nil || link.Attrs().Alias != "netop:cluster-a:default/legacy/"+string(legacy.UID) {
 		t.Fatalf("adopted bridge alias %q (%v)", link.Attrs().Alias, err)
 	}
 
@@ -576,7 +577,7 @@ func TestEnsureRejectsInvalidInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, bridgePrefix) {
+		if strings.HasPrefix(l.Attrs().Name, ifname.BridgePrefix) {
 			t.Errorf("invalid input created %s", l.Attrs().Name)
 		}
 	}
@@ -633,7 +634,7 @@ func TestListOwned(t *testing.T) {
 	}
 	observed := func(n backend.Network) backend.Observed {
 		return backend.Observed{Owner: n.Owner, Families: n.Families,
-			Status: backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(n.UID)}}
+			Status: backend.Ref{Type: backend.TypeLinux, Interface: ifname.Bridge(n.UID)}}
 	}
 	key := func(o backend.Observed) string { return string(o.UID) }
 	slices.SortFunc(got, func(x, y backend.Observed) int { return strings.Compare(key(x), key(y)) })
@@ -645,7 +646,7 @@ func TestListOwned(t *testing.T) {
 
 	// A bridge whose address was removed by hand is listed as incomplete,
 	// so that the resync repairs it.
-	link, err := e.hand.LinkByName(BridgeName(a.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(a.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +681,7 @@ func TestListOwnedIPv4LinkLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantObs := backend.Observed{Owner: want.Owner, Families: want.Families,
-		Status: backend.Ref{Type: backend.TypeLinux, Interface: BridgeName(want.UID)}}
+		Status: backend.Ref{Type: backend.TypeLinux, Interface: ifname.Bridge(want.UID)}}
 	if !reflect.DeepEqual(got, []backend.Observed{wantObs}) {
 		t.Errorf("ListOwned = %+v, want [%+v]", got, wantObs)
 	}
@@ -778,7 +779,7 @@ func TestWatchDrift(t *testing.T) {
 	deleted := network(t, "deleted", "172.16.0.0/24", "172.16.0.1")
 	bridges := map[backend.Owner]netlink.Link{}
 	for _, n := range []backend.Network{changed, readdressed, deleted} {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName(n.UID)}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: ifname.Bridge(n.UID)}}
 		e.addLink(t, br, Alias(n.Owner))
 		bridges[n.Owner] = br
 	}
@@ -859,7 +860,7 @@ func TestWatchDriftPublic(t *testing.T) {
 	e := newTestEnv(t)
 	want := network(t, "net1", "192.168.0.0/16", "192.168.0.1")
 	e.ensure(t, want, backend.ActionCreated)
-	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1100,24 +1101,6 @@ func TestNeighListOfOneLink(t *testing.T) {
 	}
 }
 
-func TestBridgeName(t *testing.T) {
-	tests := map[types.UID]string{
-		"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0": "netop0f1e2d3c4b",
-		"0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0": "netop0f1e2d3c4b",
-		"01234567-89ab-cdef-0123-456789abcdef": "netop0123456789",
-		"":                                     "netop",
-		"../../x":                              "netop",
-	}
-	for uid, want := range tests {
-		if got := BridgeName(uid); got != want {
-			t.Errorf("BridgeName(%q) = %q, want %q", uid, got, want)
-		}
-		if len(BridgeName(uid)) > ifNameSize {
-			t.Errorf("BridgeName(%q) is longer than IFNAMSIZ", uid)
-		}
-	}
-}
-
 func TestAlias(t *testing.T) {
 	uid := types.UID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
 	o := backend.Owner{Namespace: "default", Name: "net1", UID: uid}
@@ -1281,7 +1264,7 @@ func TestDualStackBridge(t *testing.T) {
 	e.checkBridge(t, moved)
 
 	// The IPv6 gateway removed by hand: listed as differing, then repaired.
-	link, err := e.hand.LinkByName(BridgeName(want.UID))
+	link, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1322,7 +1305,7 @@ func TestMTU(t *testing.T) {
 	e.b.overlay = &Overlay{Local: netip.MustParseAddr("192.0.2.10")}
 	mtus := func(n backend.Network) (bridge, vxlan int) {
 		t.Helper()
-		br, err := e.hand.LinkByName(BridgeName(n.UID))
+		br, err := e.hand.LinkByName(ifname.Bridge(n.UID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1367,7 +1350,7 @@ func TestMTU(t *testing.T) {
 	if err := e.hand.LinkAdd(port); err != nil {
 		t.Fatal(err)
 	}
-	br, _ := e.hand.LinkByName(BridgeName(alone.UID))
+	br, _ := e.hand.LinkByName(ifname.Bridge(alone.UID))
 	if err := e.hand.LinkSetMaster(port, br); err != nil {
 		t.Fatal(err)
 	}
@@ -1387,7 +1370,7 @@ func TestInUse(t *testing.T) {
 		t.Errorf("no bridge: in use %v, %v", inUse, err)
 	}
 	e.ensure(t, want, backend.ActionCreated)
-	bridge, err := e.hand.LinkByName(BridgeName(want.UID))
+	bridge, err := e.hand.LinkByName(ifname.Bridge(want.UID))
 	if err != nil {
 		t.Fatal(err)
 	}

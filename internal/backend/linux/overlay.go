@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 )
 
 // The overlay joins a Network's bridges on several nodes into one layer-2
@@ -33,7 +34,9 @@ const VXLANPort = 4789
 const vxlanPrefix = "netvx"
 
 // VXLANName is the name of the VXLAN device of the Network with this UID.
-func VXLANName(uid types.UID) string { return vxlanPrefix + BridgeName(uid)[len(bridgePrefix):] }
+func VXLANName(uid types.UID) string {
+	return vxlanPrefix + ifname.Bridge(uid)[len(ifname.BridgePrefix):]
+}
 
 // Overlay says where this node is on the underlay, and which other nodes
 // realise each Network.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/allocated"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
@@ -97,7 +98,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	}
 	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, namespace+"/"+name
 	// A delegate adds one interface per call.
-	record = record.With(conf.Name, allocations)
+	record = record.With(allocated.Interfaces(conf.Name, args.ContainerID, allocations...)...)
 	// Recorded before anything is made, so that a DEL or GC after a crash
 	// here knows what to undo.
 	if err := store.Save(record); err != nil {
@@ -129,7 +130,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
-		at, err := cni.AttachmentOf(args.ContainerID, podNetns, a)
+		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
 		if err != nil {
 			return nil, undo(err)
 		}
@@ -237,7 +238,7 @@ func (s *Server) podAllocations(ctx context.Context, namespace, name, uid string
 		case uid != "" && string(pod.UID) != uid:
 			why = fmt.Errorf("pod %s: UID %s, the runtime's is %s (the pod was replaced)", key, pod.UID, uid)
 		default:
-			allocations, ok, notYet := allocated(pod)
+			allocations, ok, notYet := allocationsOf(pod)
 			if ok {
 				done()
 				return pod, allocations, nil
@@ -259,10 +260,10 @@ func (s *Server) podAllocations(ctx context.Context, namespace, name, uid string
 	}
 }
 
-// allocated: the pod's allocations, once written (they are the pod's for
+// allocationsOf: the pod's allocations, once written (they are the pod's for
 // its life, even if its networks annotation changed since); none if it
 // declares no Networks; else why not yet.
-func allocated(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
+func allocationsOf(pod *corev1.Pod) ([]netselect.Allocation, bool, error) {
 	allocations, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
 	if err != nil {
 		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)

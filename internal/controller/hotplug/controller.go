@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/allocated"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/cri"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -190,7 +191,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	}
 	var failed []error
 	for _, a := range want {
-		at, err := cni.AttachmentOf(sandbox.ID, sandbox.Netns, a)
+		at, err := allocated.Attachment(sandbox.ID, sandbox.Netns, a)
 		if err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "Attaching %s to Network %s: %v", a.Interface, a.Network, err)
 			continue
@@ -202,7 +203,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		// Recorded before anything is made, as the CNI plugin does: a
 		// crash after this leaves a record that a DEL, and this
 		// controller's next sync (which finds it not in place), undo.
-		rec = rec.With(config, []netselect.Allocation{a})
+		rec = rec.With(allocated.Interfaces(config, sandbox.ID, a)...)
 		if err := c.opts.Store.Save(rec); err != nil {
 			return err
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/backendtest"
@@ -169,7 +170,7 @@ func TestTutorialWalkthrough(t *testing.T) {
 
 	h.create("example-network", "192.168.0.0/16", "192.168.0.1")
 	n := h.waitReady("example-network", metav1.ConditionTrue, samplecrd.ReasonProvisioned)
-	if n.Status.Backend == nil || n.Status.Backend.Type != samplecrdv1.BackendLinux || n.Status.Backend.Interface != linux.BridgeName(n.UID) {
+	if n.Status.Backend == nil || n.Status.Backend.Type != samplecrdv1.BackendLinux || n.Status.Backend.Interface != ifname.Bridge(n.UID) {
 		t.Fatalf("status.backend = %+v", n.Status.Backend)
 	}
 	if n.Status.CIDR != "192.168.0.0/16" || n.Status.Gateway != "192.168.0.1" {
@@ -482,13 +483,13 @@ func TestOverlapArbitrated(t *testing.T) {
 		t.Errorf("the losing Network has status.backend %+v", got.Status.Backend)
 	}
 	h.waitEvent(loser.Name, "Warning/"+samplecrd.ReasonOverlap)
-	h.waitBridge(linux.BridgeName(winner.UID), winner.Spec.Gateway+"/"+strings.Split(winner.Spec.CIDR, "/")[1])
-	h.waitBridge(linux.BridgeName(loser.UID))
+	h.waitBridge(ifname.Bridge(winner.UID), winner.Spec.Gateway+"/"+strings.Split(winner.Spec.CIDR, "/")[1])
+	h.waitBridge(ifname.Bridge(loser.UID))
 
 	if err := h.env.Netop.SamplecrdV1().Networks(h.ns).Delete(context.Background(), winner.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitReady(loser.Name, metav1.ConditionTrue, samplecrd.ReasonProvisioned)
-	h.waitBridge(linux.BridgeName(winner.UID))
-	h.waitBridge(linux.BridgeName(loser.UID), loser.Spec.Gateway+"/"+strings.Split(loser.Spec.CIDR, "/")[1])
+	h.waitBridge(ifname.Bridge(winner.UID))
+	h.waitBridge(ifname.Bridge(loser.UID), loser.Spec.Gateway+"/"+strings.Split(loser.Spec.CIDR, "/")[1])
 }

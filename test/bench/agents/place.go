@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
 )
@@ -110,7 +111,7 @@ func place(ctx context.Context, kube kubernetes.Interface, names, netnss []strin
 // isUsable: the Network's bridge is up on the node of h, and its VXLAN
 // device floods to peer (if valid).
 func isUsable(h *netlink.Handle, uid types.UID, peer netip.Addr) bool {
-	bridge, err := h.LinkByName(linux.BridgeName(uid))
+	bridge, err := h.LinkByName(ifname.Bridge(uid))
 	if err != nil || bridge.Attrs().Flags&net.FlagUp == 0 {
 		return false
 	}
