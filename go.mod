@@ -11,6 +11,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936
 	github.com/gophercloud/gophercloud/v2 v2.15.0
 	github.com/mdlayher/netlink v1.11.2
 	github.com/miekg/dns v1.1.73

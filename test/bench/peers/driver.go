@@ -45,15 +45,18 @@ type driver struct {
 	node        string
 	operator    *benchproc.Proc
 	concurrency int
+	// profileDir keeps the bench's CPU profiles, unless empty.
+	profileDir string
 }
 
 // sandbox is a pod as the runtime sees it.
 type sandbox struct {
-	pod   *corev1.Pod
-	netns string
-	add   time.Duration
-	ips   []netip.Addr
-	err   error
+	pod    *corev1.Pod
+	netns  string
+	create time.Duration
+	add    time.Duration
+	ips    []netip.Addr
+	err    error
 }
 
 func (s *sandbox) rt() *libcni.RuntimeConf {
@@ -66,7 +69,10 @@ func (s *sandbox) rt() *libcni.RuntimeConf {
 
 // usage is what the run has cost so far.
 type usage struct {
-	requests                 map[string]float64
+	requests map[string]float64
+	// webhooks are the API server's admission webhook calls so far,
+	// "webhook OPERATION" → the sum and count of their durations.
+	webhooks                 map[string][2]float64
 	plugins, bench, operator float64
 	// phases are netop's histograms of where an ADD waits, by phase: the
 	// sum and count of their samples.
@@ -85,7 +91,7 @@ var netopPhases = []struct{ phase, histogram, label, value string }{
 func (d *driver) usage(ctx context.Context) (usage, error) {
 	var u usage
 	var err error
-	if u.requests, err = d.requests(ctx); err != nil {
+	if u.requests, u.webhooks, err = d.requests(ctx); err != nil {
 		return u, err
 	}
 	var children, self syscall.Rusage
@@ -110,18 +116,16 @@ func seconds(r syscall.Rusage) float64 {
 	return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
 }
 
-// requests are the API server's requests so far, "VERB resource" → count.
-func (d *driver) requests(ctx context.Context) (map[string]float64, error) {
+// requests are the API server's requests so far, "VERB resource" →
+// count, and its calls of admission webhooks, "webhook OPERATION" → sum
+// and count of their durations.
+func (d *driver) requests(ctx context.Context) (map[string]float64, map[string][2]float64, error) {
 	families, err := benchproc.APIServerMetrics(ctx, d.kube)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]float64{}
-	family, ok := families["apiserver_request_total"]
-	if !ok {
-		return out, nil
-	}
-	for _, m := range family.GetMetric() {
+	requests := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
 		resource := benchproc.Label(m, "resource")
 		if resource == "" {
 			continue // /metrics, /readyz, discovery
@@ -129,9 +133,15 @@ func (d *driver) requests(ctx context.Context) (map[string]float64, error) {
 		if sub := benchproc.Label(m, "subresource"); sub != "" {
 			resource += "/" + sub
 		}
-		out[benchproc.Label(m, "verb")+" "+resource] += m.GetCounter().GetValue()
+		requests[benchproc.Label(m, "verb")+" "+resource] += m.GetCounter().GetValue()
 	}
-	return out, nil
+	webhooks := map[string][2]float64{}
+	for _, m := range families["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
+		k := benchproc.Label(m, "name") + " " + benchproc.Label(m, "operation")
+		h := m.GetHistogram()
+		webhooks[k] = [2]float64{webhooks[k][0] + h.GetSampleSum(), webhooks[k][1] + float64(h.GetSampleCount())}
+	}
+	return requests, webhooks, nil
 }
 
 // attach makes n pods named after label and attaches each with conf, at
@@ -153,48 +163,35 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
-	start := time.Now()
-	sem := make(chan struct{}, d.concurrency)
-	var wg sync.WaitGroup
-	for _, sb := range sandboxes {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			created, err := d.kube.CoreV1().Pods(d.namespace).Create(ctx, sb.pod, metav1.CreateOptions{})
-			if err != nil {
-				sb.err = fmt.Errorf("creating the pod: %w", err)
-				return
-			}
-			sb.pod = created
-			began := time.Now()
-			res, err := d.runtime.AddNetworkList(ctx, conf, sb.rt())
-			sb.add = time.Since(began)
-			if err != nil {
-				sb.err = err
-				return
-			}
-			r, err := current.NewResultFromResult(res)
-			if err != nil {
-				sb.err = err
-				return
-			}
-			for _, ip := range r.IPs {
-				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
-					sb.ips = append(sb.ips, a.Unmap())
-				}
-			}
-		})
+	prof, err := startCPUProfile()
+	if err != nil {
+		return outcome{}, nil, err
 	}
-	wg.Wait()
+	start := time.Now()
+	asDriver(ctx, func(ctx context.Context) { d.attachAll(ctx, sandboxes, conf) })
 	elapsed := time.Since(start)
+	var profilePath string
+	if d.profileDir != "" {
+		profilePath = filepath.Join(d.profileDir, fmt.Sprintf("bench-%s-%s.pprof", i.name, label))
+	}
+	driverShare, err := prof.stop(profilePath)
+	if err != nil {
+		return outcome{}, nil, err
+	}
 	after, err := d.usage(ctx)
 	if err != nil {
 		return outcome{}, nil, err
 	}
 	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}}
 	var adds []time.Duration
+	var creating time.Duration
+	created := 0
 	seen := map[netip.Addr]int{}
 	for _, sb := range sandboxes {
+		if sb.pod.UID != "" {
+			creating += sb.create
+			created++
+		}
 		if sb.err != nil {
 			o.Failures++
 			if len(o.Errors) < 5 {
@@ -225,6 +222,16 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 			o.Requests[k] = perPod
 		}
 	}
+	if created > 0 {
+		o.CreateMs = float64(creating.Milliseconds()) / float64(created)
+	}
+	o.Webhooks = map[string]webhookCalls{}
+	for k, a := range after.webhooks {
+		b := before.webhooks[k]
+		if calls := a[1] - b[1]; calls > 0 {
+			o.Webhooks[k] = webhookCalls{PerPod: calls / float64(n), MeanMs: (a[0] - b[0]) / calls * 1000}
+		}
+	}
 	if i.name == "netop" {
 		o.Phases = map[string]float64{}
 		for _, p := range netopPhases {
@@ -236,8 +243,49 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	}
 	o.PluginCPU = (after.plugins - before.plugins) / float64(n) * 1000
 	o.NetopCPU = (after.operator - before.operator) / float64(n) * 1000
-	o.BenchCPU = (after.bench - before.bench) / float64(n) * 1000
+	bench := (after.bench - before.bench) / float64(n) * 1000
+	o.DriverCPU = bench * driverShare
+	o.ControlPlaneCPU = bench - o.DriverCPU
 	return o, sandboxes, nil
+}
+
+// attachAll creates each sandbox's pod and runs ADD on it, at most
+// d.concurrency at once.
+func (d *driver) attachAll(ctx context.Context, sandboxes []*sandbox, conf *libcni.NetworkConfigList) {
+	sem := make(chan struct{}, d.concurrency)
+	var wg sync.WaitGroup
+	for _, sb := range sandboxes {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			creating := time.Now()
+			created, err := d.kube.CoreV1().Pods(d.namespace).Create(ctx, sb.pod, metav1.CreateOptions{})
+			sb.create = time.Since(creating)
+			if err != nil {
+				sb.err = fmt.Errorf("creating the pod: %w", err)
+				return
+			}
+			sb.pod = created
+			began := time.Now()
+			res, err := d.runtime.AddNetworkList(ctx, conf, sb.rt())
+			sb.add = time.Since(began)
+			if err != nil {
+				sb.err = err
+				return
+			}
+			r, err := current.NewResultFromResult(res)
+			if err != nil {
+				sb.err = err
+				return
+			}
+			for _, ip := range r.IPs {
+				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+					sb.ips = append(sb.ips, a.Unmap())
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // detach runs DEL on every sandbox, deletes its pod and its namespace.
@@ -337,16 +385,23 @@ func bringUpLoopback() error {
 func report(c config, outcomes []outcome) {
 	fmt.Printf("%d pods per scenario, %d at once, whereabouts %s, %s\n", c.pods, c.concurrency, c.whereaboutsVersion, time.Now().UTC().Format(time.RFC3339))
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	_, _ = fmt.Fprintln(w, "scenario\tipam\tall attached\tADD p50\tADD p99\tfailures\tduplicates\tplugin CPU/pod\tnetop CPU/pod\tcontrol plane+driver CPU/pod\tAPI requests/pod")
+	_, _ = fmt.Fprintln(w, "scenario\tipam\tall attached\tADD p50\tADD p99\tfailures\tduplicates\tplugin CPU/pod\tnetop CPU/pod\tcontrol plane CPU/pod\tdriver CPU/pod\tAPI requests/pod")
 	for _, o := range outcomes {
 		var reqs []string
 		for _, k := range slices.Sorted(maps.Keys(o.Requests)) {
 			reqs = append(reqs, fmt.Sprintf("%s %.2f", k, o.Requests[k]))
 		}
-		_, _ = fmt.Fprintf(w, "%s\t%s\t%.1f s\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%s\n", o.Scenario, o.IPAM, o.Seconds, o.P50S*1000, o.P99S*1000,
-			o.Failures, o.Duplicates, o.PluginCPU, o.NetopCPU, o.BenchCPU, strings.Join(reqs, ", "))
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%.1f s\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%.1f ms\t%s\n", o.Scenario, o.IPAM, o.Seconds, o.P50S*1000, o.P99S*1000,
+			o.Failures, o.Duplicates, o.PluginCPU, o.NetopCPU, o.ControlPlaneCPU, o.DriverCPU, strings.Join(reqs, ", "))
 	}
 	_ = w.Flush()
+	for _, o := range outcomes {
+		calls := []string{fmt.Sprintf("pod create mean %.1f ms", o.CreateMs)}
+		for _, k := range slices.Sorted(maps.Keys(o.Webhooks)) {
+			calls = append(calls, fmt.Sprintf("webhook %s %.2f/pod, mean %.1f ms", k, o.Webhooks[k].PerPod, o.Webhooks[k].MeanMs))
+		}
+		fmt.Printf("%s, %s: %s\n", o.IPAM, o.Scenario, strings.Join(calls, "; "))
+	}
 	for _, o := range outcomes {
 		if o.Phases == nil {
 			continue

@@ -12,7 +12,8 @@
 // all N are attached, ADD p50/p99, failures, duplicate addresses, the API
 // server's requests per pod by verb and resource (its own request
 // metrics), and CPU: the plugin processes', netop's operator's, and the
-// bench process's (the embedded control plane and the driver).
+// bench process's, split by a CPU profile of it into the embedded control
+// plane's and the driver's (--profile-dir keeps the profiles).
 //
 // The whole run is in a network namespace of its own, which goes with it.
 //
@@ -65,6 +66,7 @@ type config struct {
 	pods, concurrency  int
 	whereaboutsVersion string
 	only               string
+	profileDir         string
 }
 
 func main() {
@@ -73,6 +75,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 50, "CNI ADDs in flight at once")
 	flag.StringVar(&c.whereaboutsVersion, "whereabouts-version", "v0.9.2", "the version of "+whereaboutsModule+" to build")
 	flag.StringVar(&c.only, "only", "", "run one IPAM: netop or whereabouts (default both)")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "save the bench process's CPU profile of each scenario here (bench-IPAM-SCENARIO.pprof: the embedded control plane and the driver, labelled part=driver)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "peers: run as root: the plugins make network namespaces, bridges and veths")
@@ -157,9 +160,22 @@ type outcome struct {
 	Requests   map[string]float64 `json:"requestsPerPod"`
 	PluginCPU  float64            `json:"pluginCPUPerPodMs"`
 	NetopCPU   float64            `json:"operatorCPUPerPodMs"`
-	BenchCPU   float64            `json:"controlPlaneAndDriverCPUPerPodMs"`
+	// ControlPlaneCPU and DriverCPU split the bench process's CPU by a
+	// profile of it (profile.go).
+	ControlPlaneCPU float64 `json:"controlPlaneCPUPerPodMs"`
+	DriverCPU       float64 `json:"driverCPUPerPodMs"`
+	// CreateMs is the mean time of the driver's pod creates, admission
+	// webhooks included; Webhooks are the API server's calls of them.
+	CreateMs float64                 `json:"podCreateMeanMs"`
+	Webhooks map[string]webhookCalls `json:"webhookCalls"`
 	// Phases are netop's means, in ms, of where an ADD waits.
 	Phases map[string]float64 `json:"netopPhasesMeanMs,omitempty"`
+}
+
+// webhookCalls are one admission webhook's calls for one operation.
+type webhookCalls struct {
+	PerPod float64 `json:"perPod"`
+	MeanMs float64 `json:"meanMs"`
 }
 
 // run is the bench inside its namespace: dir holds the binaries (bin),
@@ -279,7 +295,7 @@ func run(c config, dir, whereaboutsDir string) error {
 	if len(ipams) == 0 {
 		return fmt.Errorf("--only %q: netop or whereabouts", c.only)
 	}
-	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, concurrency: c.concurrency}
+	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, concurrency: c.concurrency, profileDir: c.profileDir}
 	var outcomes []outcome
 	for _, s := range scenarios {
 		for _, i := range ipams {
