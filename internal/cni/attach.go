@@ -56,7 +56,7 @@ type Attached struct {
 // Attacher works in one node namespace.
 type Attacher struct {
 	node *netlink.Handle
-	// ns is a copy of the node namespace's handle, for WaitBridge's
+	// ns is a copy of the node namespace's handle, for waitBridge's
 	// subscriptions; None for the attacher's own namespace.
 	ns netns.NsHandle
 }
@@ -88,15 +88,15 @@ func (a *Attacher) Close() {
 	}
 }
 
-// WaitBridge returns once the bridge named name is up in the node's
+// waitBridge returns the bridge named name once it is up in the node's
 // namespace (the agent brings a Network's bridge up once it is whole), or
 // an error when ctx is done first. A node realises a Network when a pod
 // there first needs it, so the bridge may still be coming: this waits on
 // the kernel's link notifications, not by polling.
-func (a *Attacher) WaitBridge(ctx context.Context, name string) error {
+func (a *Attacher) waitBridge(ctx context.Context, name string) (netlink.Link, error) {
 	up := func(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
 	if l, err := a.node.LinkByName(name); err == nil && up(l) {
-		return nil
+		return l, nil
 	}
 	updates := make(chan netlink.LinkUpdate, 64)
 	done := make(chan struct{})
@@ -112,35 +112,41 @@ func (a *Attacher) WaitBridge(ctx context.Context, name string) error {
 		opts.Namespace = &a.ns
 	}
 	if err := netlink.LinkSubscribeWithOptions(updates, done, opts); err != nil {
-		return fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
+		return nil, fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
 	}
 	// It may have come up between the first look and the subscription.
 	if l, err := a.node.LinkByName(name); err == nil && up(l) {
-		return nil
+		return l, nil
 	}
 	for {
 		select {
 		case u, ok := <-updates:
 			if !ok {
-				return fmt.Errorf("bridge %s of the network: the node's link notifications ended", name)
+				return nil, fmt.Errorf("bridge %s of the network: the node's link notifications ended", name)
 			}
 			if u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == name && up(u.Link) {
-				return nil
+				return u.Link, nil
 			}
 		case err := <-subscribeErr:
-			return fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
+			return nil, fmt.Errorf("bridge %s of the network: watching the node's links: %w", name, err)
 		case <-ctx.Done():
-			return fmt.Errorf("bridge %s of the network is not up on this node (its agent builds it once it sees a pod here on the Network): %w", name, context.Cause(ctx))
+			return nil, fmt.Errorf("bridge %s of the network is not up on this node (its agent builds it once it sees a pod here on the Network): %w", name, context.Cause(ctx))
 		}
 	}
 }
 
-// Add attaches the pod. An attachment left by an earlier ADD of the same
-// container and interface is replaced; on failure nothing is left.
-func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
-	bridge, err := a.node.LinkByName(at.Bridge)
+// Add attaches the pod, once the Network's bridge is up on the node (up
+// to ctx). An attachment left by an earlier ADD of the same container and
+// interface is replaced; on failure nothing is left.
+//
+// Every link operation takes the kernel's RTNL lock, which all the ADDs
+// on a node contend for: the common case does only what it must (the
+// veth made up and on its bridge in one request, earlier attachments
+// looked for only when it fails).
+func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err error) {
+	bridge, err := a.waitBridge(ctx, at.Bridge)
 	if err != nil {
-		return Attached{}, fmt.Errorf("bridge %s of the network: %w", at.Bridge, err)
+		return Attached{}, err
 	}
 	podNS, err := netns.GetFromPath(at.Netns)
 	if err != nil {
@@ -152,22 +158,27 @@ func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
 		return Attached{}, fmt.Errorf("netlink in the pod's network namespace: %w", err)
 	}
 	defer pod.Close()
-	if _, err := pod.LinkByName(at.Interface); err == nil {
-		return Attached{}, fmt.Errorf("interface %s: the pod already has one", at.Interface)
-	}
 
 	hostVeth := ifname.HostVeth(at.ContainerID, at.Interface)
-	if err := a.deleteLink(hostVeth); err != nil {
-		return Attached{}, err
-	}
 	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: hostVeth, MTU: bridge.Attrs().MTU, MasterIndex: bridge.Attrs().Index},
+		LinkAttrs:        netlink.LinkAttrs{Name: hostVeth, MTU: bridge.Attrs().MTU, MasterIndex: bridge.Attrs().Index, Flags: net.FlagUp},
 		PeerName:         at.Interface,
 		PeerNamespace:    netlink.NsFd(podNS),
 		PeerMTU:          uint32(bridge.Attrs().MTU),
 		PeerHardwareAddr: at.MAC,
 	}
-	if err := a.node.LinkAdd(veth); err != nil {
+	err = a.node.LinkAdd(veth)
+	if errors.Is(err, unix.EEXIST) {
+		// The pod has the interface, or an earlier ADD left the host end.
+		if _, err := pod.LinkByName(at.Interface); err == nil {
+			return Attached{}, fmt.Errorf("interface %s: the pod already has one", at.Interface)
+		}
+		if err := a.deleteLink(hostVeth); err != nil {
+			return Attached{}, err
+		}
+		err = a.node.LinkAdd(veth)
+	}
+	if err != nil {
 		return Attached{}, fmt.Errorf("creating veth %s for %s: %w", hostVeth, at.Interface, err)
 	}
 	defer func() {
@@ -175,13 +186,6 @@ func (a *Attacher) Add(at Attachment) (_ Attached, err error) {
 			_ = a.deleteLink(hostVeth) // takes the pod's end with it
 		}
 	}()
-	host, err := a.node.LinkByName(hostVeth)
-	if err != nil {
-		return Attached{}, err
-	}
-	if err := a.node.LinkSetUp(host); err != nil {
-		return Attached{}, fmt.Errorf("setting %s up: %w", hostVeth, err)
-	}
 	link, err := pod.LinkByName(at.Interface)
 	if err != nil {
 		return Attached{}, fmt.Errorf("the pod's end %s: %w", at.Interface, err)

@@ -50,7 +50,7 @@ func TestAddCheckDel(t *testing.T) {
 	nettest.RequireRoot(t)
 	_, node, nodeNS := namespace(t, "netop-cn-")
 	podPath, pod, _ := namespace(t, "netop-cp-")
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: 1400}}); err != nil {
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: 1400, Flags: net.FlagUp}}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := NewAttacher(nodeNS)
@@ -61,7 +61,7 @@ func TestAddCheckDel(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:42")
 	at := Attachment{ContainerID: "c0ffee", Netns: podPath, Interface: "net1", Bridge: "br-test",
 		Addresses: []netip.Prefix{netip.MustParsePrefix("192.168.0.2/16"), netip.MustParsePrefix("fd00::2/64")}, MAC: mac}
-	got, err := a.Add(at)
+	got, err := a.Add(t.Context(), at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,10 +90,13 @@ func TestAddCheckDel(t *testing.T) {
 	if host.Attrs().MasterIndex != bridge.Attrs().Index {
 		t.Error("the host end is not a port of the bridge")
 	}
+	if host.Attrs().Flags&net.FlagUp == 0 || host.Attrs().MTU != 1400 {
+		t.Errorf("the host end: MTU %d, flags %v; want the bridge's MTU, up", host.Attrs().MTU, host.Attrs().Flags)
+	}
 	if err := a.Check(at); err != nil {
 		t.Errorf("CHECK after ADD: %v", err)
 	}
-	if _, err := a.Add(at); err == nil {
+	if _, err := a.Add(t.Context(), at); err == nil {
 		t.Error("a second ADD of net1 into the same pod succeeded")
 	}
 
@@ -121,7 +124,7 @@ func TestAddCheckDel(t *testing.T) {
 	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: got.HostVeth}, PeerName: "net1", PeerNamespace: netlink.NsFd(otherNS)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Add(at); err != nil {
+	if _, err := a.Add(t.Context(), at); err != nil {
 		t.Fatalf("ADD over a leftover: %v", err)
 	}
 	if veths, err := a.HostVeths(); err != nil || len(veths) != 1 {
@@ -141,15 +144,17 @@ func TestAddFailsCleanly(t *testing.T) {
 	}
 	defer a.Close()
 	at := Attachment{ContainerID: "c1", Netns: podPath, Interface: "net1", Bridge: "no-such-bridge"}
-	if _, err := a.Add(at); err == nil {
-		t.Fatal("ADD to a missing bridge succeeded")
+	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := a.Add(short, at); err == nil || !strings.Contains(err.Error(), "no-such-bridge") {
+		t.Fatalf("ADD to a missing bridge: %v, want an error naming the bridge", err)
 	}
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test"}}); err != nil {
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", Flags: net.FlagUp}}); err != nil {
 		t.Fatal(err)
 	}
 	at.Bridge = "br-test"
 	at.Addresses = []netip.Prefix{netip.MustParsePrefix("192.168.0.2/16"), netip.MustParsePrefix("192.168.0.2/16")}
-	if _, err := a.Add(at); err == nil {
+	if _, err := a.Add(t.Context(), at); err == nil {
 		t.Fatal("ADD with the same address twice succeeded")
 	}
 	if _, err := pod.LinkByName("net1"); err == nil {
@@ -166,7 +171,7 @@ func TestAddRoutes(t *testing.T) {
 	nettest.RequireRoot(t)
 	_, node, nodeNS := namespace(t, "netop-cn-")
 	podPath, pod, _ := namespace(t, "netop-cp-")
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test"}}); err != nil {
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", Flags: net.FlagUp}}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := NewAttacher(nodeNS)
@@ -178,7 +183,7 @@ func TestAddRoutes(t *testing.T) {
 		Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("fd00::2/64")},
 		Routes: []Route{{Dst: netip.MustParsePrefix("10.200.0.0/16"), GW: netip.MustParseAddr("10.0.0.1")},
 			{Dst: netip.MustParsePrefix("fd00:200::/48"), GW: netip.MustParseAddr("fd00::fe")}}}
-	if _, err := a.Add(at); err != nil {
+	if _, err := a.Add(t.Context(), at); err != nil {
 		t.Fatal(err)
 	}
 	link, err := pod.LinkByName("net1")
@@ -208,7 +213,7 @@ func TestAddRoutes(t *testing.T) {
 }
 
 // Issue 37: a pod's Network may be realised on its node only once the pod
-// is there. WaitBridge returns once the bridge is up, not before (a bridge
+// is there. waitBridge returns once the bridge is up, not before (a bridge
 // made down, as the backend makes them, is not yet whole), told by the
 // kernel's notifications; it gives up, naming the bridge, when its context
 // is done; and returns at once for a bridge already up. The attacher's
@@ -224,12 +229,12 @@ func TestWaitBridge(t *testing.T) {
 
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	if err := a.WaitBridge(short, "br-late"); err == nil || !strings.Contains(err.Error(), "br-late") || !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.waitBridge(short, "br-late"); err == nil || !strings.Contains(err.Error(), "br-late") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("waiting for a bridge that never comes: %v", err)
 	}
 
 	waited := make(chan error, 1)
-	go func() { waited <- a.WaitBridge(t.Context(), "br-late") }()
+	go func() { _, err := a.waitBridge(t.Context(), "br-late"); waited <- err }()
 	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-late"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +258,7 @@ func TestWaitBridge(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not told that the bridge came up")
 	}
-	if err := a.WaitBridge(short, "br-late"); err != nil {
+	if _, err := a.waitBridge(short, "br-late"); err != nil {
 		t.Errorf("a bridge already up: %v", err)
 	}
 }

@@ -593,27 +593,6 @@ func (c *child) stop() (cpu, system, rssMiB float64) {
 	return cpu, system, rssMiB
 }
 
-// profile saves one of the child's /debug/pprof profiles to path.
-func (c *child) profile(name, path string) error {
-	resp, err := http.Get("http://" + c.metricsAddr + "/debug/pprof/" + name)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /debug/pprof/%s: %s", name, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // metrics scrapes the child's counters of interest.
 func (c *child) metrics() (map[string]float64, error) {
 	families, err := benchproc.Scrape(c.metricsAddr)
@@ -715,7 +694,7 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		// The CPU profile covers the creates and the convergence: at the
 		// QPS limit that is about n/qps seconds.
 		go func() {
-			profiled <- c.profile("profile?seconds="+strconv.Itoa(int(float64(n)/float64(a.qps))+3), filepath.Join(b.cfg.profileDir, "cpu.pprof"))
+			profiled <- benchproc.SaveProfile(c.metricsAddr, "profile?seconds="+strconv.Itoa(int(float64(n)/float64(a.qps))+3), filepath.Join(b.cfg.profileDir, "cpu.pprof"))
 		}()
 	}
 	sent, err := b.create(ctx, namespace, first, n, nil)
@@ -735,7 +714,7 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 	r := &result{name: name, networks: n, createSeconds: created}
 	r.seconds, r.p50, r.p99 = timing(start, sent, ready())
 	if a.profiling {
-		err := errors.Join(<-profiled, c.profile("allocs", filepath.Join(b.cfg.profileDir, "allocs.pprof")))
+		err := errors.Join(<-profiled, benchproc.SaveProfile(c.metricsAddr, "allocs", filepath.Join(b.cfg.profileDir, "allocs.pprof")))
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("profiling: %w", err)

@@ -135,10 +135,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 			return nil, undo(err)
 		}
 		made = append(made, a.Interface)
-		if err := attacher.WaitBridge(ctx, at.Bridge); err != nil {
-			return nil, undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
-		}
-		attached, err := attacher.Add(at)
+		attached, err := attacher.Add(ctx, at)
 		if err != nil {
 			return nil, undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
 		}

@@ -234,10 +234,7 @@ const bridgeWait = 30 * time.Second
 func (c *Controller) attach(ctx context.Context, at cni.Attachment) (cni.Attached, error) {
 	ctx, cancel := context.WithTimeout(ctx, bridgeWait)
 	defer cancel()
-	if err := c.opts.Attacher.WaitBridge(ctx, at.Bridge); err != nil {
-		return cni.Attached{}, err
-	}
-	return c.opts.Attacher.Add(at)
+	return c.opts.Attacher.Add(ctx, at)
 }
 
 // same: the recorded interface is the allocation's.

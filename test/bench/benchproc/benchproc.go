@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -42,6 +43,28 @@ func Start(args []string, metrics, logPath string) (*Proc, error) {
 		return nil, err
 	}
 	return &Proc{cmd: cmd, Metrics: metrics}, nil
+}
+
+// SaveProfile saves the /debug/pprof profile name (with its query, as
+// "profile?seconds=10") of the process serving addr to path.
+func SaveProfile(addr, name, path string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/%s: %s", name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Stop stops the process with SIGTERM and waits for it.

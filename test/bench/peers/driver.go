@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -167,9 +168,21 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
+	operatorProfiled := make(chan error, 1)
+	if d.profileDir != "" && i.name == "netop" {
+		go func() {
+			path := filepath.Join(d.profileDir, "operator-"+label+".pprof")
+			operatorProfiled <- benchproc.SaveProfile(d.operator.Metrics, "profile?seconds="+strconv.Itoa(operatorProfileSeconds), path)
+		}()
+	} else {
+		operatorProfiled <- nil
+	}
 	start := time.Now()
 	asDriver(ctx, func(ctx context.Context) { d.attachAll(ctx, sandboxes, conf) })
 	elapsed := time.Since(start)
+	if err := <-operatorProfiled; err != nil {
+		return outcome{}, nil, fmt.Errorf("profiling netop's operator: %w", err)
+	}
 	var profilePath string
 	if d.profileDir != "" {
 		profilePath = filepath.Join(d.profileDir, fmt.Sprintf("bench-%s-%s.pprof", i.name, label))
@@ -248,6 +261,11 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	o.ControlPlaneCPU = bench - o.DriverCPU
 	return o, sandboxes, nil
 }
+
+// operatorProfileSeconds is how long netop's operator is profiled from a
+// scenario's start: pprof profiles a fixed time, and a scenario of 1000
+// pods takes longer than this.
+const operatorProfileSeconds = 8
 
 // attachAll creates each sandbox's pod and runs ADD on it, at most
 // d.concurrency at once.

@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 50, "CNI ADDs in flight at once")
 	flag.StringVar(&c.whereaboutsVersion, "whereabouts-version", "v0.9.2", "the version of "+whereaboutsModule+" to build")
 	flag.StringVar(&c.only, "only", "", "run one IPAM: netop or whereabouts (default both)")
-	flag.StringVar(&c.profileDir, "profile-dir", "", "save the bench process's CPU profile of each scenario here (bench-IPAM-SCENARIO.pprof: the embedded control plane and the driver, labelled part=driver)")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "save CPU profiles of each scenario here: the bench process's (bench-IPAM-SCENARIO.pprof: the embedded control plane and the driver, labelled part=driver) and netop's operator's over the scenario's first seconds (operator-SCENARIO.pprof)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "peers: run as root: the plugins make network namespaces, bridges and veths")
@@ -214,9 +214,13 @@ func run(c config, dir, whereaboutsDir string) error {
 		return err
 	}
 	metricsAddr := benchproc.FreePort()
-	operator, err := benchproc.Start([]string{filepath.Join(bin, "netop"), "run", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
+	args := []string{filepath.Join(bin, "netop"), "run", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
 		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
-		"--operator-namespace", "netop-system", "--metrics-addr", metricsAddr}, metricsAddr, filepath.Join(dir, "netop.log"))
+		"--operator-namespace", "netop-system", "--metrics-addr", metricsAddr}
+	if c.profileDir != "" {
+		args = append(args, "--profiling")
+	}
+	operator, err := benchproc.Start(args, metricsAddr, filepath.Join(dir, "netop.log"))
 	if err != nil {
 		return err
 	}
