@@ -17,6 +17,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -56,6 +57,9 @@ type Attached struct {
 // Attacher works in one node namespace.
 type Attacher struct {
 	node *netlink.Handle
+	// route is a netlink socket in the node namespace, for the one
+	// request netlink.Handle cannot make (newVeth).
+	route *nl.SocketHandle
 	// ns is a copy of the node namespace's handle, for waitBridge's
 	// subscriptions; None for the attacher's own namespace.
 	ns netns.NsHandle
@@ -77,12 +81,19 @@ func NewAttacher(ns netns.NsHandle) (*Attacher, error) {
 		_ = own.Close()
 		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
 	}
-	return &Attacher{node: h, ns: own}, nil
+	route, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		_ = own.Close()
+		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
+	}
+	return &Attacher{node: h, route: &nl.SocketHandle{Socket: route}, ns: own}, nil
 }
 
 // Close releases the attacher.
 func (a *Attacher) Close() {
 	a.node.Close()
+	a.route.Close()
 	if a.ns.IsOpen() {
 		_ = a.ns.Close()
 	}
@@ -140,9 +151,9 @@ func (a *Attacher) waitBridge(ctx context.Context, name string) (netlink.Link, e
 // interface is replaced; on failure nothing is left.
 //
 // Every link operation takes the kernel's RTNL lock, which all the ADDs
-// on a node contend for: the common case does only what it must (the
-// veth made up and on its bridge in one request, earlier attachments
-// looked for only when it fails).
+// on a node contend for: the common case does only what it must (newVeth,
+// the pod end's index, its addresses, up, its routes; earlier attachments
+// are looked for only when newVeth finds a name taken).
 func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err error) {
 	bridge, err := a.waitBridge(ctx, at.Bridge)
 	if err != nil {
@@ -160,14 +171,7 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 	defer pod.Close()
 
 	hostVeth := ifname.HostVeth(at.ContainerID, at.Interface)
-	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: hostVeth, MTU: bridge.Attrs().MTU, MasterIndex: bridge.Attrs().Index, Flags: net.FlagUp},
-		PeerName:         at.Interface,
-		PeerNamespace:    netlink.NsFd(podNS),
-		PeerMTU:          uint32(bridge.Attrs().MTU),
-		PeerHardwareAddr: at.MAC,
-	}
-	err = a.node.LinkAdd(veth)
+	err = a.newVeth(hostVeth, bridge, at.Interface, podNS, at.MAC)
 	if errors.Is(err, unix.EEXIST) {
 		// The pod has the interface, or an earlier ADD left the host end.
 		if _, err := pod.LinkByName(at.Interface); err == nil {
@@ -176,7 +180,7 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 		if err := a.deleteLink(hostVeth); err != nil {
 			return Attached{}, err
 		}
-		err = a.node.LinkAdd(veth)
+		err = a.newVeth(hostVeth, bridge, at.Interface, podNS, at.MAC)
 	}
 	if err != nil {
 		return Attached{}, fmt.Errorf("creating veth %s for %s: %w", hostVeth, at.Interface, err)
@@ -272,6 +276,37 @@ func (a *Attacher) Check(at Attachment) error {
 // with it. Nothing to detach is not an error.
 func (a *Attacher) Del(containerID, iface string) error {
 	return a.deleteLink(ifname.HostVeth(containerID, iface))
+}
+
+// newVeth makes the veth pair in one RTM_NEWLINK: the host end hostVeth
+// up, a port of bridge, with its MTU; the pod end podIface in podNS, with
+// the same MTU and mac (the kernel's choice if nil). netlink's LinkAdd
+// would set the master in two more requests (a lookup and RTM_SETLINK).
+func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string, podNS netns.NsHandle, mac net.HardwareAddr) error {
+	mtu := nl.Uint32Attr(uint32(bridge.Attrs().MTU))
+	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: a.route}
+	host := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	host.Change, host.Flags = unix.IFF_UP, unix.IFF_UP
+	req.AddData(host)
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(hostVeth)))
+	req.AddData(nl.NewRtAttr(unix.IFLA_MTU, mtu))
+	req.AddData(nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(bridge.Attrs().Index))))
+	info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
+	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("veth"))
+	peer := info.AddRtAttr(nl.IFLA_INFO_DATA, nil).AddRtAttr(nl.VETH_INFO_PEER, nil)
+	// Not up here: the kernel configures the pod end before it pairs the
+	// ends, and a veth without its peer refuses to open (ENOTCONN).
+	nl.NewIfInfomsgChild(peer, unix.AF_UNSPEC)
+	peer.AddRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(podIface))
+	peer.AddRtAttr(unix.IFLA_MTU, mtu)
+	if mac != nil {
+		peer.AddRtAttr(unix.IFLA_ADDRESS, []byte(mac))
+	}
+	peer.AddRtAttr(unix.IFLA_NET_NS_FD, nl.Uint32Attr(uint32(podNS)))
+	req.AddData(info)
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
 }
 
 // HostVeths lists the host ends netop made on this node, by name.
