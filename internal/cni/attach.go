@@ -194,6 +194,13 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 	if err != nil {
 		return Attached{}, fmt.Errorf("the pod's end %s: %w", at.Interface, err)
 	}
+	if !slices.ContainsFunc(at.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		// Before it is up: no IPv6 link-local address on an interface of
+		// a Network without IPv6, and so none of its chatter.
+		if err := pod.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil {
+			return Attached{}, fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", at.Interface, err)
+		}
+	}
 	for _, addr := range at.Addresses {
 		a := &netlink.Addr{IPNet: IPNet(addr)}
 		if addr.Addr().Is6() {
@@ -282,6 +289,7 @@ func (a *Attacher) Del(containerID, iface string) error {
 // up, a port of bridge, with its MTU; the pod end podIface in podNS, with
 // the same MTU and mac (the kernel's choice if nil). netlink's LinkAdd
 // would set the master in two more requests (a lookup and RTM_SETLINK).
+// A second request turns off the host end's IPv6 link-local address.
 func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string, podNS netns.NsHandle, mac net.HardwareAddr) error {
 	mtu := nl.Uint32Attr(uint32(bridge.Attrs().MTU))
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
@@ -305,9 +313,32 @@ func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string
 	}
 	peer.AddRtAttr(unix.IFLA_NET_NS_FD, nl.Uint32Attr(uint32(podNS)))
 	req.AddData(info)
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
-	return err
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return err
+	}
+	// A bridge port needs no IPv6 address. Its link-local one would be
+	// chatter (duplicate address detection, router solicitations, MLD
+	// reports) that the bridge floods to every other port, each pod's
+	// new interface costing the node in proportion to the pods on the
+	// Network. The kernel takes the mode only on an existing link; the
+	// host end has no carrier until the pod end is up, so it has made no
+	// address yet.
+	set := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+	set.Sockets = req.Sockets
+	set.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+	set.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(hostVeth)))
+	inet6 := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+	inet6.AddRtAttr(unix.AF_INET6, nil).AddRtAttr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{addrGenModeNone})
+	set.AddData(inet6)
+	if _, err := set.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		err = fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", hostVeth, err)
+		return errors.Join(err, a.deleteLink(hostVeth))
+	}
+	return nil
 }
+
+// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE: no IPv6 link-local address.
+const addrGenModeNone = 1
 
 // HostVeths lists the host ends netop made on this node, by name.
 func (a *Attacher) HostVeths() ([]string, error) {

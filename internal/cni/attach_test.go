@@ -262,3 +262,58 @@ func TestWaitBridge(t *testing.T) {
 		t.Errorf("a bridge already up: %v", err)
 	}
 }
+
+// Bridge ports and the interfaces of Networks without IPv6 get no IPv6
+// link-local address: it would only be chatter that the bridge floods to
+// every port. An interface with IPv6 addresses keeps its own.
+func TestAddLinkLocal(t *testing.T) {
+	nettest.RequireRoot(t)
+	_, node, nodeNS := namespace(t, "netop-cn-")
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", Flags: net.FlagUp}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAttacher(nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	linkLocal := func(h *netlink.Handle, name string) bool {
+		t.Helper()
+		link, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.IsLinkLocalUnicast() })
+	}
+	for _, tc := range []struct {
+		name      string
+		addresses []string
+		podLL     bool
+	}{
+		{"v4", []string{"10.0.0.2/24"}, false},
+		{"dual", []string{"10.0.0.3/24", "fd00::3/64"}, true},
+	} {
+		podPath, pod, _ := namespace(t, "netop-cp-")
+		at := Attachment{ContainerID: "ll-" + tc.name, Netns: podPath, Interface: "net1", Bridge: "br-test"}
+		for _, p := range tc.addresses {
+			at.Addresses = append(at.Addresses, netip.MustParsePrefix(p))
+		}
+		got, err := a.Add(t.Context(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if linkLocal(node, got.HostVeth) {
+			t.Errorf("%s: the host end %s has an IPv6 link-local address", tc.name, got.HostVeth)
+		}
+		if ll := linkLocal(pod, "net1"); ll != tc.podLL {
+			t.Errorf("%s: the pod's net1 has an IPv6 link-local address: %v, want %v", tc.name, ll, tc.podLL)
+		}
+		if err := a.Check(at); err != nil {
+			t.Errorf("%s: CHECK: %v", tc.name, err)
+		}
+	}
+}
