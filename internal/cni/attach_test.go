@@ -42,22 +42,30 @@ func namespace(t *testing.T, prefix string) (path string, h *netlink.Handle, ns 
 	return filepath.Join("/run/netns", name), h, ns
 }
 
-// A pod joins a Network: its net1 has the address (and so the cidr's
-// route), is up, and its other end is a port of the bridge; CHECK agrees;
-// DEL removes both ends, again and again; ADD again after a crash
-// replaces what was left.
-func TestAddCheckDel(t *testing.T) {
-	nettest.RequireRoot(t)
+// nodeWithBridge makes a throwaway node namespace with the bridge
+// "br-test" up (MTU mtu, the kernel's if 0), and an attacher in it.
+func nodeWithBridge(t *testing.T, mtu int) (*netlink.Handle, *Attacher) {
+	t.Helper()
 	_, node, nodeNS := namespace(t, "netop-cn-")
-	podPath, pod, _ := namespace(t, "netop-cp-")
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: 1400, Flags: net.FlagUp}}); err != nil {
+	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: mtu, Flags: net.FlagUp}}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := NewAttacher(nodeNS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	t.Cleanup(a.Close)
+	return node, a
+}
+
+// A pod joins a Network: its net1 has the address (and so the cidr's
+// route), is up, and its other end is a port of the bridge; CHECK agrees;
+// DEL removes both ends, again and again; ADD again after a crash
+// replaces what was left.
+func TestAddCheckDel(t *testing.T) {
+	nettest.RequireRoot(t)
+	node, a := nodeWithBridge(t, 1400)
+	podPath, pod, _ := namespace(t, "netop-cp-")
 	mac, _ := net.ParseMAC("02:00:00:00:00:42")
 	at := Attachment{ContainerID: "c0ffee", Netns: podPath, Interface: "net1", Bridge: "br-test",
 		Addresses: []netip.Prefix{netip.MustParsePrefix("192.168.0.2/16"), netip.MustParsePrefix("fd00::2/64")}, MAC: mac}
@@ -169,16 +177,8 @@ func TestAddFailsCleanly(t *testing.T) {
 // their gateways; CHECK finds one that went missing.
 func TestAddRoutes(t *testing.T) {
 	nettest.RequireRoot(t)
-	_, node, nodeNS := namespace(t, "netop-cn-")
+	_, a := nodeWithBridge(t, 0)
 	podPath, pod, _ := namespace(t, "netop-cp-")
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", Flags: net.FlagUp}}); err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAttacher(nodeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	at := Attachment{ContainerID: "r0ute", Netns: podPath, Interface: "net1", Bridge: "br-test",
 		Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("fd00::2/64")},
 		Routes: []Route{{Dst: netip.MustParsePrefix("10.200.0.0/16"), GW: netip.MustParseAddr("10.0.0.1")},
@@ -268,15 +268,7 @@ func TestWaitBridge(t *testing.T) {
 // every port. An interface with IPv6 addresses keeps its own.
 func TestAddLinkLocal(t *testing.T) {
 	nettest.RequireRoot(t)
-	_, node, nodeNS := namespace(t, "netop-cn-")
-	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", Flags: net.FlagUp}}); err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAttacher(nodeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	node, a := nodeWithBridge(t, 0)
 	linkLocal := func(h *netlink.Handle, name string) bool {
 		t.Helper()
 		link, err := h.LinkByName(name)
