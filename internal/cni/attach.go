@@ -196,8 +196,9 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 	}
 	if !slices.ContainsFunc(at.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		// Before it is up: no IPv6 link-local address on an interface of
-		// a Network without IPv6, and so none of its chatter.
-		if err := pod.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil {
+		// a Network without IPv6, and so none of its chatter (EAFNOSUPPORT:
+		// a kernel without IPv6, which makes none anyway).
+		if err := pod.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
 			return Attached{}, fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", at.Interface, err)
 		}
 	}
@@ -330,7 +331,9 @@ func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string
 	inet6 := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
 	inet6.AddRtAttr(unix.AF_INET6, nil).AddRtAttr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{addrGenModeNone})
 	set.AddData(inet6)
-	if _, err := set.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+	// EAFNOSUPPORT: a kernel without IPv6 (ipv6.disable=1), which makes
+	// no link-local address anyway.
+	if _, err := set.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
 		err = fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", hostVeth, err)
 		return errors.Join(err, a.deleteLink(hostVeth))
 	}
