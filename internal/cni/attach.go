@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -57,9 +58,12 @@ type Attached struct {
 // Attacher works in one node namespace.
 type Attacher struct {
 	node *netlink.Handle
-	// route is a netlink socket in the node namespace, for the one
-	// request netlink.Handle cannot make (newVeth).
-	route *nl.SocketHandle
+	// route is a netlink socket in the node namespace for the requests
+	// netlink.Handle cannot make (newVeth), opened by the first of them:
+	// DEL, CHECK and GC never need it.
+	routeOnce sync.Once
+	route     *nl.SocketHandle
+	routeErr  error
 	// ns is a copy of the node namespace's handle, for waitBridge's
 	// subscriptions; None for the attacher's own namespace.
 	ns netns.NsHandle
@@ -81,19 +85,28 @@ func NewAttacher(ns netns.NsHandle) (*Attacher, error) {
 		_ = own.Close()
 		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
 	}
-	route, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
-	if err != nil {
-		h.Close()
-		_ = own.Close()
-		return nil, fmt.Errorf("netlink in the node's network namespace: %w", err)
-	}
-	return &Attacher{node: h, route: &nl.SocketHandle{Socket: route}, ns: own}, nil
+	return &Attacher{node: h, ns: own}, nil
+}
+
+// routeSocket is the attacher's own netlink socket in the node namespace.
+func (a *Attacher) routeSocket() (*nl.SocketHandle, error) {
+	a.routeOnce.Do(func() {
+		s, err := nl.GetNetlinkSocketAt(a.ns, netns.None(), unix.NETLINK_ROUTE)
+		if err != nil {
+			a.routeErr = fmt.Errorf("netlink in the node's network namespace: %w", err)
+			return
+		}
+		a.route = &nl.SocketHandle{Socket: s}
+	})
+	return a.route, a.routeErr
 }
 
 // Close releases the attacher.
 func (a *Attacher) Close() {
 	a.node.Close()
-	a.route.Close()
+	if a.route != nil {
+		a.route.Close()
+	}
 	if a.ns.IsOpen() {
 		_ = a.ns.Close()
 	}
@@ -151,9 +164,10 @@ func (a *Attacher) waitBridge(ctx context.Context, name string) (netlink.Link, e
 // interface is replaced; on failure nothing is left.
 //
 // Every link operation takes the kernel's RTNL lock, which all the ADDs
-// on a node contend for: the common case does only what it must (newVeth,
-// the pod end's index, its addresses, up, its routes; earlier attachments
-// are looked for only when newVeth finds a name taken).
+// on a node contend for: the common case does only what it must (newVeth's
+// two, the pod end's index, its link-local mode on a Network without IPv6,
+// its addresses, up, its routes; earlier attachments are looked for only
+// when newVeth finds a name taken).
 func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err error) {
 	bridge, err := a.waitBridge(ctx, at.Bridge)
 	if err != nil {
@@ -292,9 +306,13 @@ func (a *Attacher) Del(containerID, iface string) error {
 // would set the master in two more requests (a lookup and RTM_SETLINK).
 // A second request turns off the host end's IPv6 link-local address.
 func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string, podNS netns.NsHandle, mac net.HardwareAddr) error {
+	route, err := a.routeSocket()
+	if err != nil {
+		return err
+	}
 	mtu := nl.Uint32Attr(uint32(bridge.Attrs().MTU))
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: a.route}
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: route}
 	host := nl.NewIfInfomsg(unix.AF_UNSPEC)
 	host.Change, host.Flags = unix.IFF_UP, unix.IFF_UP
 	req.AddData(host)

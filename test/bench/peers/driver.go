@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,6 +169,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
+	defer pprof.StopCPUProfile() // on the way out early; a no-op after prof.stop
 	operatorProfiled := make(chan error, 1)
 	if d.profileDir != "" && i.name == "netop" {
 		go func() {
@@ -180,8 +182,12 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	start := time.Now()
 	asDriver(ctx, func(ctx context.Context) { d.attachAll(ctx, sandboxes, conf) })
 	elapsed := time.Since(start)
-	if err := <-operatorProfiled; err != nil {
-		return outcome{}, nil, fmt.Errorf("profiling netop's operator: %w", err)
+	// Read before waiting for the operator's profile, which may outlast
+	// the scenario, and before reading the bench's own: neither is the
+	// scenario's CPU.
+	after, err := d.usage(ctx)
+	if err != nil {
+		return outcome{}, nil, err
 	}
 	var profilePath string
 	if d.profileDir != "" {
@@ -191,9 +197,8 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
-	after, err := d.usage(ctx)
-	if err != nil {
-		return outcome{}, nil, err
+	if err := <-operatorProfiled; err != nil {
+		return outcome{}, nil, fmt.Errorf("profiling netop's operator: %w", err)
 	}
 	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}}
 	var adds []time.Duration
