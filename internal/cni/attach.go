@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/backend/linux/linklocal"
 )
 
 // Attachment is one pod interface on a Network's bridge.
@@ -210,9 +211,8 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 	}
 	if !slices.ContainsFunc(at.Addresses, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		// Before it is up: no IPv6 link-local address on an interface of
-		// a Network without IPv6, and so none of its chatter (EAFNOSUPPORT:
-		// a kernel without IPv6, which makes none anyway).
-		if err := pod.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+		// a Network without IPv6, and so none of its chatter.
+		if err := linklocal.Off(pod, link); err != nil {
 			return Attached{}, fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", at.Interface, err)
 		}
 	}
@@ -342,24 +342,12 @@ func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string
 	// Network. The kernel takes the mode only on an existing link; the
 	// host end has no carrier until the pod end is up, so it has made no
 	// address yet.
-	set := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
-	set.Sockets = req.Sockets
-	set.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	set.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(hostVeth)))
-	inet6 := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
-	inet6.AddRtAttr(unix.AF_INET6, nil).AddRtAttr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{addrGenModeNone})
-	set.AddData(inet6)
-	// EAFNOSUPPORT: a kernel without IPv6 (ipv6.disable=1), which makes
-	// no link-local address anyway.
-	if _, err := set.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+	if err := linklocal.OffByName(route, hostVeth); err != nil {
 		err = fmt.Errorf("turning off IPv6 link-local addressing on %s: %w", hostVeth, err)
 		return errors.Join(err, a.deleteLink(hostVeth))
 	}
 	return nil
 }
-
-// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE: no IPv6 link-local address.
-const addrGenModeNone = 1
 
 // HostVeths lists the host ends netop made on this node, by name.
 func (a *Attacher) HostVeths() ([]string, error) {
@@ -369,7 +357,7 @@ func (a *Attacher) HostVeths() ([]string, error) {
 	}
 	var names []string
 	for _, l := range links {
-		if l.Type() == "veth" && len(l.Attrs().Name) == 15 && l.Attrs().Name[:2] == "nv" {
+		if l.Type() == "veth" && ifname.IsHostVeth(l.Attrs().Name) {
 			names = append(names, l.Attrs().Name)
 		}
 	}

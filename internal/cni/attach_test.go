@@ -46,7 +46,14 @@ func namespace(t *testing.T, prefix string) (path string, h *netlink.Handle, ns 
 // "br-test" up (MTU mtu, the kernel's if 0), and an attacher in it.
 func nodeWithBridge(t *testing.T, mtu int) (*netlink.Handle, *Attacher) {
 	t.Helper()
-	_, node, nodeNS := namespace(t, "netop-cn-")
+	_, node, a := namedNodeWithBridge(t, mtu)
+	return node, a
+}
+
+// namedNodeWithBridge is nodeWithBridge, with the namespace's name.
+func namedNodeWithBridge(t *testing.T, mtu int) (string, *netlink.Handle, *Attacher) {
+	t.Helper()
+	nodePath, node, nodeNS := namespace(t, "netop-cn-")
 	if err := node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-test", MTU: mtu, Flags: net.FlagUp}}); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +62,7 @@ func nodeWithBridge(t *testing.T, mtu int) (*netlink.Handle, *Attacher) {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return node, a
+	return filepath.Base(nodePath), node, a
 }
 
 // A pod joins a Network: its net1 has the address (and so the cidr's
@@ -268,7 +275,7 @@ func TestWaitBridge(t *testing.T) {
 // every port. An interface with IPv6 addresses keeps its own.
 func TestAddLinkLocal(t *testing.T) {
 	nettest.RequireRoot(t)
-	node, a := nodeWithBridge(t, 0)
+	nodeName, _, a := namedNodeWithBridge(t, 0)
 	linkLocal := func(h *netlink.Handle, name string) bool {
 		t.Helper()
 		link, err := h.LinkByName(name)
@@ -298,11 +305,23 @@ func TestAddLinkLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if linkLocal(node, got.HostVeth) {
-			t.Errorf("%s: the host end %s has an IPv6 link-local address", tc.name, got.HostVeth)
+		// The mode, not the absence of an address: the kernel makes the
+		// address later, from a work queue, once the carrier is up.
+		if mode := nettest.AddrGenMode(t, nodeName, got.HostVeth); mode != "none" {
+			t.Errorf("%s: the host end %s has addrgenmode %s, want none", tc.name, got.HostVeth, mode)
 		}
-		if ll := linkLocal(pod, "net1"); ll != tc.podLL {
-			t.Errorf("%s: the pod's net1 has an IPv6 link-local address: %v, want %v", tc.name, ll, tc.podLL)
+		podMode := nettest.AddrGenMode(t, filepath.Base(podPath), "net1")
+		if (podMode == "none") == tc.podLL {
+			t.Errorf("%s: the pod's net1 has addrgenmode %s; want a link-local address: %v", tc.name, podMode, tc.podLL)
+		}
+		if tc.podLL {
+			deadline := time.Now().Add(10 * time.Second)
+			for !linkLocal(pod, "net1") {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the pod's net1 has no IPv6 link-local address after 10s", tc.name)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
 		if err := a.Check(at); err != nil {
 			t.Errorf("%s: CHECK: %v", tc.name, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/backend/linux/linklocal"
 )
 
 // ErrForeign is wrapped by errors about an interface that has a bridge's
@@ -325,7 +326,7 @@ func (b *Backend) setUp(logger klog.Logger, link netlink.Link, ipv6 bool) error 
 	if !ipv6 {
 		b.setIPv6(logger, link.Attrs().Name, false)
 	}
-	if err := b.nl.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+	if err := linklocal.Off(b.nl, link); err != nil {
 		return fmt.Errorf("turn IPv6 address generation off: %w", err)
 	}
 	return b.nl.LinkSetUp(link)
@@ -362,9 +363,6 @@ func (b *Backend) setIPv6(logger klog.Logger, name string, on bool) {
 		logger.Info("Cannot turn IPv6 off on the bridges of IPv4 Networks: each bridge then costs the kernel time in proportion to the number of links when it comes up", "err", err)
 	}
 }
-
-// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE: no link-local address.
-const addrGenModeNone = 1
 
 // kernelAddr reports whether an address on a bridge is the kernel's own,
 // which netop neither removes nor counts: IPv6 link-local addresses, which

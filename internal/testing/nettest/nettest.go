@@ -127,3 +127,21 @@ func FloodsTo(t testing.TB, namespace, vx string) []string {
 	slices.Sort(peers)
 	return peers
 }
+
+// AddrGenMode is the IPv6 address generation mode of the link in the named
+// network namespace, as iproute2 names it ("eui64", "none", ...): what
+// decides whether the kernel gives the link a link-local address, read
+// without waiting for the kernel to make one.
+func AddrGenMode(t testing.TB, namespace, link string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", namespace, "-d", "link", "show", "dev", link).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip -n %s -d link show dev %s: %v\n%s", namespace, link, err, out)
+	}
+	f := strings.Fields(string(out))
+	if i := slices.Index(f, "addrgenmode"); i >= 0 && i+1 < len(f) {
+		return f[i+1]
+	}
+	t.Fatalf("ip -n %s -d link show dev %s: no addrgenmode in\n%s", namespace, link, out)
+	return ""
+}

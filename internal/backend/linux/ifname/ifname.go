@@ -10,6 +10,7 @@ package ifname
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -49,5 +50,16 @@ func Bridge(uid types.UID) string {
 // on ADD and DEL, at most Size bytes.
 func HostVeth(containerID, iface string) string {
 	sum := sha256.Sum256([]byte(containerID + "/" + iface))
-	return "nv" + hex.EncodeToString(sum[:])[:13]
+	return hostVethPrefix + hex.EncodeToString(sum[:])[:Size-len(hostVethPrefix)]
 }
+
+// IsHostVeth reports whether name is one HostVeth makes. GC of the ends no
+// record knows rests on it: nothing else on a node may match.
+func IsHostVeth(name string) bool {
+	if len(name) != Size || name[:len(hostVethPrefix)] != hostVethPrefix {
+		return false
+	}
+	return strings.Trim(name[len(hostVethPrefix):], "0123456789abcdef") == ""
+}
+
+const hostVethPrefix = "nv"

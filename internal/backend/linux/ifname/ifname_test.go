@@ -37,3 +37,14 @@ func TestHostVeth(t *testing.T) {
 		t.Errorf("HostVeth names %q, %q are longer than IFNAMSIZ", a, long)
 	}
 }
+
+func TestIsHostVeth(t *testing.T) {
+	if name := HostVeth("0123abcd", "net1"); !IsHostVeth(name) {
+		t.Errorf("IsHostVeth(%q) = false for a name HostVeth made", name)
+	}
+	for _, name := range []string{"", "nv", "eth0", "nv0123456789ABC", "nv0123456789ab", "nv0123456789abcd", "xv0123456789abc", "nv0123456789ab-"} {
+		if IsHostVeth(name) {
+			t.Errorf("IsHostVeth(%q) = true", name)
+		}
+	}
+}
