@@ -50,6 +50,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/backend"
+	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
 	"github.com/netop-dev/netop/internal/testing/nettest"
@@ -213,6 +214,13 @@ func run(c config) error {
 		netns: fmt.Sprintf("netop-bench-%d", os.Getpid()), conversion: conversion}
 	defer func() {
 		for _, ns := range b.netnses {
+			// The bridges first, in one batch, waited for: left to the
+			// namespace's end, the kernel tears them down after this
+			// process is gone, holding the RTNL lock for minutes at
+			// N=10000, and the next run's controller waits for it.
+			if out, err := exec.Command("ip", "-n", ns, "link", "delete", "group", strconv.Itoa(linux.BridgeGroup)).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "deleting the bridges in %s: %v: %s\n", ns, err, out)
+			}
 			_ = nettest.DeleteNetns(ns)
 		}
 	}()

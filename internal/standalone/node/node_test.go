@@ -138,6 +138,29 @@ func TestWriteCNI(t *testing.T) {
 	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != cfg.Executable {
 		t.Errorf("%s -> %q (%v)", plugin.Type, target, err)
 	}
+
+	// The thin plugin beside the standalone's binary is the one the
+	// runtime executes; a file of its name that cannot be executed is not.
+	bin := t.TempDir()
+	cfg.Executable = filepath.Join(bin, "netop-standalone")
+	thin := filepath.Join(bin, plugin.Type)
+	for _, tc := range []struct {
+		mode os.FileMode
+		want string
+	}{{0o644, cfg.Executable}, {0o755, thin}} {
+		if err := os.WriteFile(thin, nil, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(thin, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeCNI(dir, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != tc.want {
+			t.Errorf("%s beside it, mode %v: %s -> %q (%v), want %q", plugin.Type, tc.mode, plugin.Type, target, err, tc.want)
+		}
+	}
 }
 
 // The image's busybox takes wget's -T (as scripts and probes write it)

@@ -13,6 +13,10 @@
 // two pods. It prints three tables and a JSON line.
 //
 //	go run ./test/bench/node [--pods 50] [--policies 20] [--changes 50]
+//
+// --only runs one other part instead: hotplug, ondemand, or peers (pods
+// at once through the kubelet: eth0 only, with net1 by netop, and eth0
+// by whereabouts, the peer test/bench/peers measures through libcni).
 package main
 
 import (
@@ -51,11 +55,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/testing/podprobe"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/whereabouts"
 )
 
 type result struct {
@@ -117,7 +123,9 @@ func main() {
 	pods := flag.Int("pods", 50, "pods created at once")
 	policies := flag.Int("policies", 20, "MultiNetworkPolicies in the round of pods with policies")
 	changes := flag.Int("changes", 50, "changes of each kind (pod, policy) timed to enforcement, and hot-plug changes")
-	only := flag.String("only", "", "run only one part: hotplug, or ondemand (on two nodes: a pod starting on a Network its node realises on demand, against one on a Network already there, --pods of each)")
+	only := flag.String("only", "", "run only one part: hotplug, ondemand (on two nodes: a pod starting on a Network its node realises on demand, against one on a Network already there, --pods of each), or peers (--pods at once: eth0 only, with net1 by netop, with eth0 by whereabouts)")
+	passes := flag.Int("passes", 2, "with --only peers, the passes over the four configurations, every other one in reverse order")
+	whereaboutsVersion := flag.String("whereabouts-version", whereabouts.DefaultVersion, "with --only peers, the version of "+whereabouts.Module+" to build")
 	flag.Parse()
 	run := run
 	switch *only {
@@ -125,6 +133,8 @@ func main() {
 		run = func(_, _, changes int) error { return runHotPlug(changes) }
 	case "ondemand":
 		run = func(pods, _, _ int) error { return runOnDemand(pods) }
+	case "peers":
+		run = func(pods, _, _ int) error { return runPeers(pods, *passes, *whereaboutsVersion) }
 	}
 	if err := run(*pods, *policies, *changes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -132,9 +142,14 @@ func main() {
 	}
 }
 
-// workspace builds netop-standalone into a directory of its own, which
-// also holds the data directory; done removes it, and the bench's backend
-// namespace.
+// fatPlugin, when set, leaves the thin plugin out of the workspace: the
+// standalone's node then executes the standalone's own binary as netop's
+// plugin.
+var fatPlugin = flag.Bool("fat-plugin", false, "do not build the thin plugin beside netop-standalone: the node runs the standalone's own binary as netop's CNI plugin")
+
+// workspace builds netop-standalone, and the thin CNI plugin beside it as
+// `make build` does, into a directory of its own, which also holds the data
+// directory; done removes it, and the bench's backend namespace.
 func workspace() (binary, dataDir, netns string, done func(), err error) {
 	tmp, err := os.MkdirTemp("", "netop-node-bench-")
 	if err != nil {
@@ -146,9 +161,15 @@ func workspace() (binary, dataDir, netns string, done func(), err error) {
 		_ = os.RemoveAll(tmp)
 	}
 	binary = filepath.Join(tmp, "netop-standalone")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop-standalone").CombinedOutput(); err != nil {
-		done()
-		return "", "", "", nil, fmt.Errorf("building netop-standalone: %v\n%s", err, out)
+	builds := map[string]string{binary: "github.com/netop-dev/netop/cmd/netop-standalone"}
+	if !*fatPlugin {
+		builds[filepath.Join(tmp, plugin.Type)] = "github.com/netop-dev/netop/cmd/netop-cni"
+	}
+	for out, pkg := range builds {
+		if output, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			done()
+			return "", "", "", nil, fmt.Errorf("building %s: %v\n%s", pkg, err, output)
+		}
 	}
 	return binary, filepath.Join(tmp, "d"), netns, done, nil
 }

@@ -16,30 +16,29 @@
 // plane's and the driver's (--profile-dir keeps the profiles).
 //
 // The whole run is in a network namespace of its own, which goes with it.
+// Then (--node-pods) pods at once through the kubelet on netop-standalone's
+// real node with each IPAM: test/bench/node --only peers.
 //
 // Run it as root: go run ./test/bench/peers --pods 1000 --concurrency 50
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/install"
@@ -49,10 +48,8 @@ import (
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	"github.com/netop-dev/netop/test/bench/benchproc"
+	"github.com/netop-dev/netop/test/bench/whereabouts"
 )
-
-// whereaboutsModule is the peer, as the Go module proxy serves it.
-const whereaboutsModule = "github.com/k8snetworkplumbingwg/whereabouts"
 
 // The bench's second self, the one inside its namespace, is told where
 // the binaries are built (inNetnsEnv: DIR/bin) and where whereabouts'
@@ -67,15 +64,17 @@ type config struct {
 	whereaboutsVersion string
 	only               string
 	profileDir         string
+	nodePods           int
 }
 
 func main() {
 	var c config
 	flag.IntVar(&c.pods, "pods", 1000, "pods per scenario (N)")
 	flag.IntVar(&c.concurrency, "concurrency", 50, "CNI ADDs in flight at once")
-	flag.StringVar(&c.whereaboutsVersion, "whereabouts-version", "v0.9.2", "the version of "+whereaboutsModule+" to build")
+	flag.StringVar(&c.whereaboutsVersion, "whereabouts-version", whereabouts.DefaultVersion, "the version of "+whereabouts.Module+" to build")
 	flag.StringVar(&c.only, "only", "", "run one IPAM: netop or whereabouts (default both)")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "save CPU profiles of each scenario here: the bench process's (bench-IPAM-SCENARIO.pprof: the embedded control plane and the driver, labelled part=driver) and netop's operator's over the scenario's first seconds (operator-SCENARIO.pprof)")
+	flag.IntVar(&c.nodePods, "node-pods", 100, "then this many pods at once through the kubelet on netop-standalone's real node, with each IPAM (test/bench/node --only peers); 0: not")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "peers: run as root: the plugins make network namespaces, bridges and veths")
@@ -88,6 +87,9 @@ func main() {
 	var err error
 	if dir := os.Getenv(inNetnsEnv); dir == "" {
 		err = inOwnNetns(c)
+		if err == nil && c.nodePods > 0 {
+			err = onTheNode(c)
+		}
 	} else {
 		err = run(c, dir, os.Getenv(whereaboutsEnv))
 	}
@@ -125,6 +127,18 @@ func inOwnNetns(c config) error {
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), inNetnsEnv+"="+dir, whereaboutsEnv+"="+whereaboutsDir)
 	return cmd.Run()
+}
+
+// onTheNode runs the node bench's round of pods through the kubelet with
+// each IPAM, on the host: the standalone's node makes namespaces of its own.
+func onTheNode(c config) error {
+	cmd := exec.Command("go", "run", "github.com/netop-dev/netop/test/bench/node", "--only", "peers",
+		"--pods", strconv.Itoa(c.nodePods), "--whereabouts-version", c.whereaboutsVersion)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("through the kubelet (go run ./test/bench/node --only peers): %w", err)
+	}
+	return nil
 }
 
 // ipam is one side of the comparison.
@@ -197,7 +211,7 @@ func run(c config, dir, whereaboutsDir string) error {
 	if err := install.CRDs(ctx, cfg); err != nil {
 		return err
 	}
-	if err := installWhereaboutsCRDs(ctx, cfg, whereaboutsDir); err != nil {
+	if err := whereabouts.InstallCRDs(ctx, cfg, whereaboutsDir); err != nil {
 		return err
 	}
 	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
@@ -262,14 +276,10 @@ func run(c config, dir, whereaboutsDir string) error {
 	// The flat file whereabouts' DaemonSet installs on every node: its DEL
 	// refuses to work without one.
 	flatFile := filepath.Join(dir, "whereabouts.conf")
-	flat, err := json.Marshal(map[string]any{"datastore": "kubernetes", "kubernetes": map[string]any{"kubeconfig": cp.KubeconfigPath}})
-	if err != nil {
+	if err := whereabouts.FlatFile(flatFile, cp.KubeconfigPath); err != nil {
 		return err
 	}
-	if err := os.WriteFile(flatFile, flat, 0o600); err != nil {
-		return err
-	}
-	whereabouts := ipam{
+	peer := ipam{
 		name: "whereabouts",
 		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
 			first, last := rangeOf(s, c.pods)
@@ -291,7 +301,7 @@ func run(c config, dir, whereaboutsDir string) error {
 		}
 	}
 	var ipams []ipam
-	for _, i := range []ipam{netopIPAM, whereabouts} {
+	for _, i := range []ipam{netopIPAM, peer} {
 		if c.only == "" || c.only == i.name {
 			ipams = append(ipams, i)
 		}
@@ -340,41 +350,13 @@ func build(bin, version string) (string, error) {
 			return "", fmt.Errorf("building %s: %w\n%s", b.pkg, err, out)
 		}
 	}
-	out, err := exec.Command("go", "mod", "download", "-json", whereaboutsModule+"@"+version).Output()
+	moduleDir, err := whereabouts.Build(filepath.Join(bin, "whereabouts"), version)
 	if err != nil {
-		return "", fmt.Errorf("downloading %s@%s: %w", whereaboutsModule, version, err)
-	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		return "", fmt.Errorf("downloading %s@%s: %v %s", whereaboutsModule, version, err, mod.Error)
-	}
-	// Its own module, with its own requirements and replacements.
-	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "whereabouts"), "./cmd/")
-	cmd.Dir = mod.Dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building whereabouts: %w\n%s", err, out)
+		return "", err
 	}
 	// The reference bridge plugin, as Debian ships it.
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		return "", fmt.Errorf("the bridge plugin (apt install containernetworking-plugins): %w", err)
 	}
-	return mod.Dir, os.Symlink("/usr/lib/cni/bridge", filepath.Join(bin, "bridge"))
-}
-
-// installWhereaboutsCRDs installs the CRDs whereabouts' module ships.
-func installWhereaboutsCRDs(ctx context.Context, cfg *rest.Config, moduleDir string) error {
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, name := range []string{"whereabouts.cni.cncf.io_ippools.yaml", "whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml"} {
-		data, err := os.ReadFile(filepath.Join(moduleDir, "doc", "crds", name))
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		crds = append(crds, crd)
-	}
-	return install.ApplyCRDs(ctx, cfg, crds...)
+	return moduleDir, os.Symlink("/usr/lib/cni/bridge", filepath.Join(bin, "bridge"))
 }
