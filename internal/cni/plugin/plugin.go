@@ -177,6 +177,17 @@ func (c *Config) Store() cni.Store { return cni.Store{Dir: c.DataDir} }
 // Attacher works in the namespace of the Networks' bridges: nodeNetns, or
 // the process's own.
 func (c *Config) Attacher() (*cni.Attacher, error) {
+	ns, err := c.NodeNamespace()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ns.Close() }()
+	return cni.NewAttacher(ns)
+}
+
+// NodeNamespace opens the namespace of the Networks' bridges: nodeNetns, or
+// the process's own. The caller closes it.
+func (c *Config) NodeNamespace() (netns.NsHandle, error) {
 	var ns netns.NsHandle
 	var err error
 	if c.NodeNetns == "" {
@@ -185,10 +196,9 @@ func (c *Config) Attacher() (*cni.Attacher, error) {
 		ns, err = netns.GetFromPath(c.NodeNetns)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
+		return netns.None(), fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
 	}
-	defer func() { _ = ns.Close() }()
-	return cni.NewAttacher(ns)
+	return ns, nil
 }
 
 // recorded loads what ADD recorded for the container, and an attacher for

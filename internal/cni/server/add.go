@@ -86,11 +86,10 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	}
 
 	defer s.observe(metrics.CNIPhaseAttach, time.Now())
-	attacher, err := conf.Attacher()
+	attacher, err := s.attachers.get(conf)
 	if err != nil {
 		return nil, err
 	}
-	defer attacher.Close()
 	store := conf.Store()
 	record, _, err := store.Load(args.ContainerID)
 	if err != nil {
