@@ -4,7 +4,6 @@
 package benchproc
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -76,20 +75,20 @@ func (p *Proc) Stop() {
 // Metric sums the samples of a metric family on the process's /metrics;
 // -1 if it cannot be read.
 func (p *Proc) Metric(name string) float64 {
-	resp, err := http.Get("http://" + p.Metrics + "/metrics")
+	families, err := Scrape(p.Metrics)
 	if err != nil {
 		return -1
 	}
-	defer func() { _ = resp.Body.Close() }()
+	return Sum(families[name], "", "")
+}
+
+// Sum is the sum of a counter or gauge family's samples whose label has
+// value (all of them if label is "").
+func Sum(family *dto.MetricFamily, label, value string) float64 {
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ' {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			sum += v
+	for _, m := range family.GetMetric() {
+		if label == "" || Label(m, label) == value {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 		}
 	}
 	return sum

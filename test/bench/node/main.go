@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +60,7 @@ import (
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchproc"
 	"github.com/netop-dev/netop/test/bench/whereabouts"
 )
 
@@ -375,31 +375,11 @@ func createNetwork(kubeconfig string) error {
 // podWrites reads netop's count of writes to pods, and of Events
 // written, from its metrics.
 func podWrites(addr string) (pods, events float64, err error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	families, err := benchproc.Scrape(addr)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		var into *float64
-		switch {
-		case strings.HasPrefix(line, "netop_api_writes_total{") && strings.Contains(line, `resource="pods"`):
-			into = &pods
-		case strings.HasPrefix(line, "netop_events_written_total "):
-			into = &events
-		default:
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		*into += v
-	}
-	return pods, events, sc.Err()
+	return benchproc.Sum(families["netop_api_writes_total"], "resource", "pods"), benchproc.Sum(families["netop_events_written_total"], "", ""), nil
 }
 
 type standalone struct{ cmd *exec.Cmd }
