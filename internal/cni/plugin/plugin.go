@@ -177,17 +177,6 @@ func (c *Config) Store() cni.Store { return cni.Store{Dir: c.DataDir} }
 // Attacher works in the namespace of the Networks' bridges: nodeNetns, or
 // the process's own.
 func (c *Config) Attacher() (*cni.Attacher, error) {
-	ns, err := c.NodeNamespace()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = ns.Close() }()
-	return cni.NewAttacher(ns)
-}
-
-// NodeNamespace opens the namespace of the Networks' bridges: nodeNetns, or
-// the process's own. The caller closes it.
-func (c *Config) NodeNamespace() (netns.NsHandle, error) {
 	var ns netns.NsHandle
 	var err error
 	if c.NodeNetns == "" {
@@ -196,9 +185,10 @@ func (c *Config) NodeNamespace() (netns.NsHandle, error) {
 		ns, err = netns.GetFromPath(c.NodeNetns)
 	}
 	if err != nil {
-		return netns.None(), fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
+		return nil, fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
 	}
-	return ns, nil
+	defer func() { _ = ns.Close() }()
+	return cni.NewAttacher(ns)
 }
 
 // recorded loads what ADD recorded for the container, and an attacher for

@@ -86,10 +86,11 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	}
 
 	defer s.observe(metrics.CNIPhaseAttach, time.Now())
-	attacher, err := s.attachers.get(conf)
+	attacher, err := conf.Attacher()
 	if err != nil {
 		return nil, err
 	}
+	defer attacher.Close()
 	store := conf.Store()
 	record, _, err := store.Load(args.ContainerID)
 	if err != nil {

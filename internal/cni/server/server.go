@@ -65,8 +65,6 @@ type Server struct {
 	pods     corelisters.PodLister
 	informer cache.SharedIndexInformer
 	changes  changes
-	// attachers: one per node namespace, for the server's life.
-	attachers attachers
 	// after is the writes made after answering, which Run waits for.
 	after sync.WaitGroup
 }
@@ -113,7 +111,6 @@ func (s *Server) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
 	var wg sync.WaitGroup
-	defer s.attachers.close()
 	defer s.after.Wait()
 	defer wg.Wait()
 	for {
