@@ -137,17 +137,11 @@ func runHotPlug(changes int) error {
 		return err
 	}
 	defer done()
-	args := []string{"--data-dir", dataDir, "--netns", netnsName, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}
-	sa, _, err := start(binary, args, netnsName)
+	sa, kubeconfig, kube, err := startStandalone(binary, dataDir, netnsName, netnsName)
 	if err != nil {
 		return err
 	}
 	defer sa.stop()
-	kubeconfig := filepath.Join(dataDir, "kubeconfig")
-	kube, err := client(kubeconfig)
-	if err != nil {
-		return err
-	}
 	if err := createNetwork(kubeconfig); err != nil {
 		return err
 	}

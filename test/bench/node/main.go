@@ -384,6 +384,25 @@ func podWrites(addr string) (pods, events float64, err error) {
 
 type standalone struct{ cmd *exec.Cmd }
 
+// startStandalone starts the standalone on dataDir, its node in netnsName,
+// with the flags every part but the first uses (no metrics, the webhook on
+// any port) and extra; it returns once the node is Ready and DNS answers
+// in dnsNetns, with its kubeconfig and a client.
+func startStandalone(binary, dataDir, netnsName, dnsNetns string, extra ...string) (*standalone, string, kubernetes.Interface, error) {
+	args := append([]string{"--data-dir", dataDir, "--netns", netnsName, "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0", "--node-name", "bench-node"}, extra...)
+	sa, _, err := start(binary, args, dnsNetns)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	kubeconfig := filepath.Join(dataDir, "kubeconfig")
+	kube, err := client(kubeconfig)
+	if err != nil {
+		sa.stop()
+		return nil, "", nil, err
+	}
+	return sa, kubeconfig, kube, nil
+}
+
 // start runs the standalone and returns when it printed KUBECONFIG, which
 // it does once the node is Ready, with the time that took.
 // started is how long a start took to each milestone.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -48,18 +47,11 @@ func runOnDemand(pods int) error {
 			_ = exec.Command("ip", "netns", "delete", ns).Run()
 		}
 	}()
-	args := []string{"--data-dir", dataDir, "--netns", netnsName, "--nodes", "2", "--metrics-addr", "0", "--webhook-addr", "127.0.0.1:0",
-		"--node-name", "bench-node", "--network-release-delay", "1h"}
-	sa, _, err := start(binary, args, nodes[0])
+	sa, kubeconfig, kube, err := startStandalone(binary, dataDir, netnsName, nodes[0], "--nodes", "2", "--network-release-delay", "1h")
 	if err != nil {
 		return err
 	}
 	defer sa.stop()
-	kubeconfig := filepath.Join(dataDir, "kubeconfig")
-	kube, err := client(kubeconfig)
-	if err != nil {
-		return err
-	}
 	netop, err := netopClient(kubeconfig)
 	if err != nil {
 		return err
