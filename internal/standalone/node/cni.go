@@ -81,7 +81,7 @@ func writeCNI(dir string, cfg Config) error {
 
 // pluginBinary is the binary the runtime executes as netop's plugin: the
 // thin plugin (cmd/netop-cni) if it is beside the standalone's binary, as
-// `make standalone` and a release put it, else the standalone's own binary
+// `make build` puts it, else the standalone's own binary
 // under the plugin's name, which is one too. The runtime executes it on
 // every pod start and stop: the thin one starts in about 4 ms of CPU and
 // 6 MB, the standalone's, which links the whole cluster, in about 45 ms

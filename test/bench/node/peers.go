@@ -221,11 +221,8 @@ func peersRound(kube kubernetes.Interface, dataDir string, r *peerRound, prefix 
 // peerConfs installs whereabouts' plugin and the file its DaemonSet
 // would, and returns the floor's configuration and whereabouts'.
 func peerConfs(nodeDir, wbPlugin, kubeconfig, logFile string) (plain, wb []byte, err error) {
-	data, err := os.ReadFile(wbPlugin)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := os.WriteFile(filepath.Join(nodeDir, "cni", "bin", "whereabouts"), data, 0o755); err != nil { //nolint:gosec // a CNI plugin is executable
+	// Linked, as the node links its other plugins.
+	if err := os.Symlink(wbPlugin, filepath.Join(nodeDir, "cni", "bin", "whereabouts")); err != nil {
 		return nil, nil, err
 	}
 	flatFile := filepath.Join(nodeDir, "cni", "whereabouts.conf")
