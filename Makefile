@@ -11,7 +11,7 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop ./cmd/netop
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-standalone ./cmd/netop-standalone
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-cni ./cmd/netop-cni
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-cni ./cmd/netop-cni
 
 # netop's container image, built here without a registry or a container
 # engine (see hack/image), as an image tarball that containerd imports and

@@ -53,6 +53,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -188,10 +189,8 @@ func run(c config) error {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	netopBinary := filepath.Join(dir, "netop")
-	build := exec.Command("go", "build", "-o", netopBinary, "github.com/netop-dev/netop/cmd/netop")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building netop: %w", err)
+	if err := gobuild.Command(netopBinary, "github.com/netop-dev/netop/cmd/netop"); err != nil {
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "starting a control plane in %s\n", dir)
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})

@@ -33,6 +33,7 @@ import (
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/operator"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -55,10 +56,7 @@ func buildPlugin(t *testing.T) string {
 		if pluginErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(pluginDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop-cni").CombinedOutput()
-		if err != nil {
-			pluginErr = fmt.Errorf("building the plugin: %v: %s", err, out)
-		}
+		pluginErr = gobuild.Static(filepath.Join(pluginDir, plugin.Type), gobuild.Plugin)
 	})
 	if pluginErr != nil {
 		t.Fatal(pluginErr)
@@ -421,8 +419,8 @@ func asCNIError(err error, target **types.Error) bool {
 // image carries both).
 func TestCNIPluginVersion(t *testing.T) {
 	operatorDir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(operatorDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop").CombinedOutput(); err != nil {
-		t.Fatalf("building netop: %v: %s", err, out)
+	if err := gobuild.Command(filepath.Join(operatorDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop"); err != nil {
+		t.Fatal(err)
 	}
 	for _, dir := range []string{buildPlugin(t), operatorDir} {
 		rt := libcni.NewCNIConfig([]string{dir}, nil)

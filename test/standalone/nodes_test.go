@@ -22,6 +22,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"
@@ -35,11 +36,9 @@ func buildImage(t *testing.T, dir, ref string) (archive, plugin string) {
 	t.Helper()
 	static, plugin := filepath.Join(dir, "netop-static"), filepath.Join(dir, "netop-cni-static")
 	archive = filepath.Join(dir, "netop-image.tar")
-	for out, pkg := range map[string]string{static: "github.com/netop-dev/netop/cmd/netop", plugin: "github.com/netop-dev/netop/cmd/netop-cni"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Env = append(build.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", pkg, err, out)
+	for out, pkg := range map[string]string{static: "github.com/netop-dev/netop/cmd/netop", plugin: gobuild.Plugin} {
+		if err := gobuild.Static(out, pkg); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if out, err := exec.Command("go", "run", "github.com/netop-dev/netop/hack/image", "--binary", static, "--plugin", plugin, "--tag", ref, "--out", archive).CombinedOutput(); err != nil {

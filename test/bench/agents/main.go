@@ -43,6 +43,7 @@ import (
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
 	"github.com/netop-dev/netop/internal/standalone/node"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -120,8 +121,8 @@ func run(agentCount, networkCount, perNode int) error {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binary := filepath.Join(dir, "netop")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/netop-dev/netop/cmd/netop").CombinedOutput(); err != nil {
-		return fmt.Errorf("build: %w\n%s", err, out)
+	if err := gobuild.Command(binary, "github.com/netop-dev/netop/cmd/netop"); err != nil {
+		return err
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
 	if err != nil {

@@ -56,6 +56,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/netselect"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/podprobe"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
@@ -161,15 +162,13 @@ func workspace() (binary, dataDir, netns string, done func(), err error) {
 		_ = os.RemoveAll(tmp)
 	}
 	binary = filepath.Join(tmp, "netop-standalone")
-	builds := map[string]string{binary: "github.com/netop-dev/netop/cmd/netop-standalone"}
-	if !*fatPlugin {
-		builds[filepath.Join(tmp, plugin.Type)] = "github.com/netop-dev/netop/cmd/netop-cni"
+	err = gobuild.Command(binary, "github.com/netop-dev/netop/cmd/netop-standalone")
+	if err == nil && !*fatPlugin {
+		err = gobuild.Static(filepath.Join(tmp, plugin.Type), gobuild.Plugin)
 	}
-	for out, pkg := range builds {
-		if output, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			done()
-			return "", "", "", nil, fmt.Errorf("building %s: %v\n%s", pkg, err, output)
-		}
+	if err != nil {
+		done()
+		return "", "", "", nil, err
 	}
 	return binary, filepath.Join(tmp, "d"), netns, done, nil
 }

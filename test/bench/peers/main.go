@@ -44,6 +44,7 @@ import (
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
+	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
@@ -345,10 +346,11 @@ func run(c config, dir, whereaboutsDir string) error {
 // build builds netop, its CNI plugin and whereabouts' into bin, and
 // returns where whereabouts' module is.
 func build(bin, version string) (string, error) {
-	for _, b := range []struct{ out, pkg string }{{"netop", "./cmd/netop"}, {plugin.Type, "./cmd/netop-cni"}} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("building %s: %w\n%s", b.pkg, err, out)
-		}
+	if err := gobuild.Command(filepath.Join(bin, "netop"), "./cmd/netop"); err != nil {
+		return "", err
+	}
+	if err := gobuild.Static(filepath.Join(bin, plugin.Type), gobuild.Plugin); err != nil {
+		return "", err
 	}
 	moduleDir, err := whereabouts.Build(filepath.Join(bin, "whereabouts"), version)
 	if err != nil {

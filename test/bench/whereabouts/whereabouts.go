@@ -35,10 +35,11 @@ func Build(binary, version string) (moduleDir string, err error) {
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		return "", fmt.Errorf("downloading %s@%s: %v %s", Module, version, err, mod.Error)
 	}
-	// Its own module, with its own requirements and replacements.
+	// Its own module, with its own requirements and replacements; static,
+	// as its hack/build-go.sh builds its releases.
 	cmd := exec.Command("go", "build", "-o", binary, "./cmd/")
 	cmd.Dir = mod.Dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building whereabouts: %w\n%s", err, out)
 	}
