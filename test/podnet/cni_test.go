@@ -1,6 +1,7 @@
 package podnet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -472,6 +473,26 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 		t.Errorf("records left: %+v", records)
 	}
 
+	// The runtime kills a plugin that outlives its own timeout: its ADD
+	// ends on the node side with it, not at the configuration's timeout
+	// (10 minutes here), and leaves nothing.
+	allocationPhase := n.op.Metrics().CNIAdd.WithLabelValues(metrics.CNIPhaseAllocation)
+	ended := testenv.HistogramCount(t, allocationPhase)
+	caller := n.startPlugin(t, "ADD", missing, "eth0", func(c *plugin.Config) { c.Timeout = "10m" })
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		return connected(caller.Process.Pid), "the plugin has not connected to the node side"
+	})
+	if err := caller.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = caller.Wait()
+	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
+		return testenv.HistogramCount(t, allocationPhase) > ended, "the node side still waits for the pod of a plugin that was killed"
+	})
+	if records, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
+		t.Errorf("records left by the killed plugin's ADD: %+v", records)
+	}
+
 	// A pod of a namespace this netop does not manage (its --namespace)
 	// joins none of its Networks: chained, nothing to attach, at once.
 	elsewhere := &sandbox{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "not-" + n.ns, Name: "p", UID: "u"}},
@@ -483,6 +504,52 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	if result, err := current.GetResult(res); err != nil || len(result.Interfaces) != 0 {
 		t.Errorf("ADD of a pod of another namespace: %+v %v, want nothing attached", result, err)
 	}
+}
+
+// startPlugin starts netop's plugin for command on sandbox s's interface
+// ifname, as the runtime executes it, with the node's configuration edited.
+func (n *cniNode) startPlugin(t *testing.T, command string, s *sandbox, ifname string, edit ...func(*plugin.Config)) *exec.Cmd {
+	t.Helper()
+	c := plugin.Config{CNIVersion: "1.1.0", Name: "netop-test", Type: plugin.Type, Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Timeout: "20s"}
+	for _, e := range edit {
+		e(&c)
+	}
+	stdin, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := buildPlugin(t)
+	var args []string
+	for _, kv := range s.rt(ifname).Args {
+		args = append(args, kv[0]+"="+kv[1])
+	}
+	cmd := exec.Command(filepath.Join(dir, plugin.Type))
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+s.containerID, "CNI_NETNS="+s.netns,
+		"CNI_IFNAME="+ifname, "CNI_PATH="+dir, "CNI_ARGS="+strings.Join(args, ";"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// connected: process pid holds a socket (the plugin's, to the node side).
+func connected(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(target, "socket:") {
+			return true
+		}
+	}
+	return false
 }
 
 // A dual-stack Network: ADD gives the pod's interface both addresses, with

@@ -26,9 +26,10 @@ import (
 // add attaches the pod of an ADD, whose network namespace this process
 // opens at podNetns, to its Networks with the addresses
 // allocated to it, records what it made, and returns the result. serverCtx
-// is the server's: the command's own is bounded by the configuration's
-// timeout, and the network-status written after it by the server's.
-func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.CmdArgs, podNetns string) (*current.Result, error) {
+// is the server's: the command's own is callerCtx (which ends when the
+// plugin exits) bounded by the configuration's timeout, and the
+// network-status written after it by the server's.
+func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, args *skel.CmdArgs, podNetns string) (*current.Result, error) {
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	if conf.PrevResult != nil {
 		var err error
@@ -62,7 +63,7 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(serverCtx, timeout)
+	ctx, cancel := context.WithTimeout(callerCtx, timeout)
 	defer cancel()
 	waited := time.Now()
 	pod, allocations, err := s.podAllocations(ctx, namespace, name, string(pa.K8S_POD_UID))
@@ -130,6 +131,9 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
+		if ctx.Err() != nil {
+			return nil, undo(context.Cause(ctx))
+		}
 		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
 		if err != nil {
 			return nil, undo(err)
@@ -151,6 +155,11 @@ func (s *Server) add(serverCtx context.Context, conf *plugin.Config, args *skel.
 		for _, r := range at.Routes {
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
 		}
+	}
+	if ctx.Err() != nil {
+		// Attached, but for nobody: the caller is gone, or the runtime
+		// stopped waiting.
+		return nil, undo(context.Cause(ctx))
 	}
 	if conf.Network == "" && conf.PrevResult != nil {
 		// Chained after the pod network's plugin, netop knows the default

@@ -187,7 +187,8 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		// Whoever may ask decides which pods get which addresses, as the
 		// runtime does: root on the node only, whatever the socket's
 		// file mode says.
-		if err := fromRoot(conn); err != nil {
+		pid, err := rootCaller(conn)
+		if err != nil {
 			return failure(err)
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(ioTimeout))
@@ -212,9 +213,19 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 			// the plugin's, wherever its path leads here.
 			passed[name] = fmt.Sprintf("/proc/self/fd/%d", files[i].Fd())
 		}
-		resp := s.handleAdd(ctx, req, passed)
+		// The runtime kills a plugin that outlives its own timeout, and
+		// sends DEL: an ADD going on after that would attach a pod nobody
+		// waits for, and one finishing after the DEL would leave its
+		// interfaces behind. The ADD ends with its caller.
+		callerCtx, stop := whileAlive(ctx, pid)
+		defer stop()
+		resp := s.handleAdd(ctx, callerCtx, req, passed)
 		if resp.Error != nil {
-			logger.Error(resp.Error, "CNI ADD failed", plugin.Invocation("ADD", req.Args)...)
+			if errors.Is(context.Cause(callerCtx), errCallerGone) {
+				logger.Info("The plugin exited before its answer (killed by the runtime at its timeout?); the ADD is undone", append(plugin.Invocation("ADD", req.Args), "error", resp.Error.Error())...)
+			} else {
+				logger.Error(resp.Error, "CNI ADD failed", plugin.Invocation("ADD", req.Args)...)
+			}
 		}
 		return resp
 	}()
@@ -275,32 +286,80 @@ func receivedFiles(oob []byte) ([]*os.File, error) {
 	return files, nil
 }
 
-// fromRoot checks that the peer runs as root.
-func fromRoot(conn *net.UnixConn) error {
+// rootCaller checks that the peer runs as root, and returns its process
+// ID (0 if it is in a PID namespace this process does not see).
+func rootCaller(conn *net.UnixConn) (pid int, err error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	if credErr != nil {
-		return fmt.Errorf("the caller's credentials: %w", credErr)
+		return 0, fmt.Errorf("the caller's credentials: %w", credErr)
 	}
 	if cred.Uid != 0 {
-		return fmt.Errorf("uid %d: only root on the node may attach pods", cred.Uid)
+		return 0, fmt.Errorf("uid %d: only root on the node may attach pods", cred.Uid)
 	}
-	return nil
+	return int(cred.Pid), nil
 }
 
-// handleAdd runs an ADD and makes its answer. passed are the paths, here,
+// errCallerGone ends an ADD whose plugin exited before the answer.
+var errCallerGone = errors.New("the plugin that asked for this ADD exited")
+
+// whileAlive returns a context that ends with ctx or when process pid
+// exits (with cause errCallerGone), and a function that stops watching it
+// and ends the context. A process it cannot watch (pid 0: in a PID
+// namespace this one does not see; a kernel without pidfds) leaves the
+// context to ctx alone.
+func whileAlive(ctx context.Context, pid int) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if pid <= 0 {
+		return ctx, func() { cancel(nil) }
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		cancel(errCallerGone)
+		return ctx, func() {}
+	}
+	if err != nil {
+		return ctx, func() { cancel(nil) }
+	}
+	// Non-blocking, the pidfd waits in the runtime's poller, not in a
+	// thread of its own; it is readable once the process has exited.
+	pidfd := os.NewFile(uintptr(fd), "pidfd")
+	raw, err := pidfd.SyscallConn()
+	if err != nil {
+		_ = pidfd.Close()
+		return ctx, func() { cancel(nil) }
+	}
+	go func() {
+		polled := false
+		exited := raw.Read(func(uintptr) bool {
+			ready := polled
+			polled = true
+			return ready
+		})
+		if exited == nil { // not ended by Close
+			cancel(errCallerGone)
+		}
+	}()
+	return ctx, func() {
+		_ = pidfd.Close()
+		cancel(nil)
+	}
+}
+
+// handleAdd runs an ADD, for as long as callerCtx lasts, and makes its
+// answer; ctx is the server's. passed are the paths, here,
 // of the files the plugin opened, by their names in the request; what it
 // did not pass is opened at the path the plugin has for it.
-func (s *Server) handleAdd(ctx context.Context, req plugin.Request, passed map[string]string) plugin.Response {
+func (s *Server) handleAdd(ctx, callerCtx context.Context, req plugin.Request, passed map[string]string) plugin.Response {
 	conf, err := plugin.LoadConfig(req.Args.StdinData)
 	if err != nil {
 		return failure(err)
@@ -315,7 +374,7 @@ func (s *Server) handleAdd(ctx context.Context, req plugin.Request, passed map[s
 	if p, ok := passed[plugin.FileNodeNetns]; ok {
 		conf.NodeNetns = p
 	}
-	result, err := s.add(ctx, conf, req.Args, netnsPath)
+	result, err := s.add(ctx, callerCtx, conf, req.Args, netnsPath)
 	if err != nil {
 		return failure(err)
 	}

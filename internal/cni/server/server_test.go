@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -135,5 +137,44 @@ func TestChanges(t *testing.T) {
 	doneB()
 	if len(c.waiting) != 0 {
 		t.Errorf("waiters left: %v", c.waiting)
+	}
+}
+
+// An ADD lasts as long as the plugin that asked for it: its context ends
+// when the caller exits, with errCallerGone, and not before.
+func TestWhileAliveEndsWithTheCaller(t *testing.T) {
+	caller := exec.Command("sleep", "60")
+	if err := caller.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := whileAlive(t.Context(), caller.Process.Pid)
+	defer stop()
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("ended while its caller runs: %v", context.Cause(ctx))
+	}
+	if err := caller.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = caller.Wait()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ended 10 s after its caller exited")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, errCallerGone) {
+		t.Errorf("cause %v, want %v", cause, errCallerGone)
+	}
+
+	// Stopped (the answer sent), it ends without blaming the caller; a
+	// caller it cannot see (pid 0) leaves it to its parent until then.
+	for _, pid := range []int{os.Getpid(), 0} {
+		ctx, stop := whileAlive(t.Context(), pid)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("pid %d: ended at once: %v", pid, context.Cause(ctx))
+		}
+		stop()
+		if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+			t.Errorf("pid %d: stopped, cause %v, want %v", pid, cause, context.Canceled)
+		}
 	}
 }
