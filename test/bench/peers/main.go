@@ -152,6 +152,18 @@ type ipam struct {
 }
 
 // scenario is what a run of N pods is on.
+// settle waits for the machine to be idle again after a round: the
+// kernel tears the round's 1000 network namespaces down after the bench
+// deleted them, and the next round would pay for it.
+func settle(ctx context.Context) {
+	waited, err := benchproc.Settle(ctx, 0.15, time.Minute)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "  not settled, going on: %v\n", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "  settled in %.1f s\n", waited.Seconds())
+}
+
 // warmupPods are attached and detached by each IPAM before the scenarios.
 const warmupPods = 200
 
@@ -336,6 +348,7 @@ func run(c config, dir, whereaboutsDir string) error {
 		if err := i.free(ctx, warmup); err != nil {
 			return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, warmup.name, err)
 		}
+		settle(ctx)
 	}
 	var outcomes []outcome
 	for _, s := range scenarios {
@@ -362,6 +375,7 @@ func run(c config, dir, whereaboutsDir string) error {
 				if err := i.free(ctx, s); err != nil {
 					return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, label, err)
 				}
+				settle(ctx)
 			}
 		}
 	}
