@@ -131,8 +131,8 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
-		if ctx.Err() != nil {
-			return nil, undo(context.Cause(ctx))
+		if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+			return nil, undo(cause)
 		}
 		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
 		if err != nil {
@@ -156,10 +156,9 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
 		}
 	}
-	if ctx.Err() != nil {
-		// Attached, but for nobody: the caller is gone, or the runtime
-		// stopped waiting.
-		return nil, undo(context.Cause(ctx))
+	if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+		// Attached, but for nobody: the runtime gave up on the sandbox.
+		return nil, undo(cause)
 	}
 	if conf.Network == "" && conf.PrevResult != nil {
 		// Chained after the pod network's plugin, netop knows the default

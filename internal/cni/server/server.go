@@ -183,6 +183,8 @@ func listen(path, netnsName string) (*net.UnixListener, error) {
 func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 	defer func() { _ = conn.Close() }()
 	logger := klog.FromContext(ctx)
+	// gone: the plugin exited before its answer, which nobody reads.
+	gone := false
 	resp := func() plugin.Response {
 		// Whoever may ask decides which pods get which addresses, as the
 		// runtime does: root on the node only, whatever the socket's
@@ -217,11 +219,12 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		// sends DEL: an ADD going on after that would attach a pod nobody
 		// waits for, and one finishing after the DEL would leave its
 		// interfaces behind. The ADD ends with its caller.
-		callerCtx, stop := whileAlive(ctx, pid)
+		callerCtx, stop := whileAlive(ctx, conn, pid)
 		defer stop()
 		resp := s.handleAdd(ctx, callerCtx, req, passed)
+		gone = errors.Is(context.Cause(callerCtx), errCallerGone)
 		if resp.Error != nil {
-			if errors.Is(context.Cause(callerCtx), errCallerGone) {
+			if gone {
 				logger.Info("The plugin exited before its answer (killed by the runtime at its timeout?); the ADD is undone", append(plugin.Invocation("ADD", req.Args), "error", resp.Error.Error())...)
 			} else {
 				logger.Error(resp.Error, "CNI ADD failed", plugin.Invocation("ADD", req.Args)...)
@@ -229,6 +232,9 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		}
 		return resp
 	}()
+	if gone {
+		return
+	}
 	_ = conn.SetWriteDeadline(time.Now().Add(ioTimeout))
 	if err := json.NewEncoder(conn).Encode(resp); err != nil {
 		logger.Error(err, "Answering the CNI plugin")
@@ -312,39 +318,40 @@ func rootCaller(conn *net.UnixConn) (pid int, err error) {
 // errCallerGone ends an ADD whose plugin exited before the answer.
 var errCallerGone = errors.New("the plugin that asked for this ADD exited")
 
-// whileAlive returns a context that ends with ctx or when process pid
-// exits (with cause errCallerGone), and a function that stops watching it
-// and ends the context. A process it cannot watch (pid 0: in a PID
-// namespace this one does not see; a kernel without pidfds) leaves the
-// context to ctx alone.
-func whileAlive(ctx context.Context, pid int) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	if pid <= 0 {
-		return ctx, func() { cancel(nil) }
-	}
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if errors.Is(err, unix.ESRCH) {
-		cancel(errCallerGone)
+// whileAlive returns a context that ends with ctx or when the process at
+// the other end of conn (pid, as its credentials say) exits, with cause
+// errCallerGone, and a function that stops watching it and ends the
+// context.
+func whileAlive(ctx context.Context, conn *net.UnixConn, pid int) (context.Context, func()) {
+	pidfd, err := callerPidfd(ctx, conn, pid)
+	if err != nil {
+		ctx, cancel := context.WithCancelCause(ctx)
+		cancel(err)
 		return ctx, func() {}
 	}
-	if err != nil {
+	return watch(ctx, pidfd)
+}
+
+// watch returns a context that ends with ctx or when the process of pidfd
+// (non-blocking) exits, with cause errCallerGone, and a function that
+// stops watching and ends the context. With no pidfd (nil), the context is
+// left to ctx.
+func watch(ctx context.Context, pidfd *os.File) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if pidfd == nil {
 		return ctx, func() { cancel(nil) }
 	}
-	// Non-blocking, the pidfd waits in the runtime's poller, not in a
-	// thread of its own; it is readable once the process has exited.
-	pidfd := os.NewFile(uintptr(fd), "pidfd")
 	raw, err := pidfd.SyscallConn()
 	if err != nil {
 		_ = pidfd.Close()
 		return ctx, func() { cancel(nil) }
 	}
 	go func() {
-		polled := false
-		exited := raw.Read(func(uintptr) bool {
-			ready := polled
-			polled = true
-			return ready
-		})
+		// Non-blocking, the pidfd waits in the runtime's poller, not in a
+		// thread of its own. It is polled on every call, not only after
+		// the poller reports: an exit before the file was in the poller
+		// is reported once, and may be consumed before the wait begins.
+		exited := raw.Read(func(fd uintptr) bool { return readable(int(fd)) })
 		if exited == nil { // not ended by Close
 			cancel(errCallerGone)
 		}
@@ -353,6 +360,60 @@ func whileAlive(ctx context.Context, pid int) (context.Context, func()) {
 		_ = pidfd.Close()
 		cancel(nil)
 	}
+}
+
+// readable: fd is readable now (a pidfd: its process has exited).
+func readable(fd int) bool {
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+// callerPidfd opens a non-blocking pidfd of the process at the other end
+// of conn. The kernel names the peer itself (SO_PEERPIDFD, Linux 6.5),
+// whatever PID namespace it runs in: containerd runs the plugins in the
+// host's, a cluster's agent has its own. Before 6.5 the pid the peer's
+// credentials gave is opened instead, which a peer this process does not
+// see does not have (0). nil when the caller cannot be watched: its ADD
+// then ends at the configuration's timeout; errCallerGone when it has
+// exited already.
+func callerPidfd(ctx context.Context, conn *net.UnixConn, pid int) (*os.File, error) {
+	logger := klog.FromContext(ctx)
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return nil, nil //nolint:nilerr // not watched, as documented
+	}
+	fd, sockErr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) {
+		fd, sockErr = unix.GetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	}); err != nil {
+		return nil, nil //nolint:nilerr // not watched, as documented
+	}
+	switch {
+	case sockErr == nil:
+		if err := unix.SetNonblock(fd, true); err != nil {
+			_ = unix.Close(fd)
+			return nil, nil //nolint:nilerr // not watched, as documented
+		}
+	case errors.Is(sockErr, unix.ESRCH):
+		return nil, errCallerGone
+	case pid <= 0:
+		logger.V(4).Info("Not watching the plugin: in a PID namespace this one does not see, on a kernel without SO_PEERPIDFD", "error", sockErr.Error())
+		return nil, nil
+	default:
+		if fd, err = unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); errors.Is(err, unix.ESRCH) {
+			return nil, errCallerGone
+		}
+		if err != nil {
+			logger.V(4).Info("Not watching the plugin", "pid", pid, "error", err.Error())
+			return nil, nil
+		}
+	}
+	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
 // handleAdd runs an ADD, for as long as callerCtx lasts, and makes its

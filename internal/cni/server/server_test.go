@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/cni/plugin"
 )
@@ -141,13 +144,40 @@ func TestChanges(t *testing.T) {
 }
 
 // An ADD lasts as long as the plugin that asked for it: its context ends
-// when the caller exits, with errCallerGone, and not before.
-func TestWhileAliveEndsWithTheCaller(t *testing.T) {
-	caller := exec.Command("sleep", "60")
-	if err := caller.Start(); err != nil {
-		t.Fatal(err)
+// when the caller exits, with errCallerGone, and not before; also when it
+// exited before the watch began, and with nobody reaping it (a zombie:
+// the runtime reaps its plugin after reading its answer).
+func TestWatchEndsWithTheCaller(t *testing.T) {
+	start := func() (*exec.Cmd, *os.File) {
+		t.Helper()
+		caller := exec.Command("sleep", "60")
+		if err := caller.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = caller.Process.Kill()
+			_ = caller.Wait()
+		})
+		fd, err := unix.PidfdOpen(caller.Process.Pid, unix.PIDFD_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return caller, os.NewFile(uintptr(fd), "pidfd")
 	}
-	ctx, stop := whileAlive(t.Context(), caller.Process.Pid)
+	ended := func(ctx context.Context, what string) {
+		t.Helper()
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not ended 10 s after its caller exited", what)
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, errCallerGone) {
+			t.Errorf("%s: cause %v, want %v", what, cause, errCallerGone)
+		}
+	}
+
+	caller, pidfd := start()
+	ctx, stop := watch(t.Context(), pidfd)
 	defer stop()
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("ended while its caller runs: %v", context.Cause(ctx))
@@ -155,26 +185,43 @@ func TestWhileAliveEndsWithTheCaller(t *testing.T) {
 	if err := caller.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = caller.Wait()
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ended 10 s after its caller exited")
-	}
-	if cause := context.Cause(ctx); !errors.Is(cause, errCallerGone) {
-		t.Errorf("cause %v, want %v", cause, errCallerGone)
-	}
+	ended(ctx, "killed while watched")
 
-	// Stopped (the answer sent), it ends without blaming the caller; a
-	// caller it cannot see (pid 0) leaves it to its parent until then.
-	for _, pid := range []int{os.Getpid(), 0} {
-		ctx, stop := whileAlive(t.Context(), pid)
+	zombie, pidfd := start()
+	if err := zombie.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", zombie.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for state := ""; state != "Z"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: state %q, not a zombie after 10 s", stat, state)
+		}
+		data, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state ...
+		if fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:])); len(fields) > 0 {
+			state = fields[0]
+		}
+	}
+	ctx, stop = watch(t.Context(), pidfd)
+	defer stop()
+	ended(ctx, "exited before the watch")
+
+	// Stopped (the answer sent), it ends without blaming the caller; with
+	// no pidfd (a caller it cannot see) it is left to its parent until
+	// then.
+	_, pidfd = start()
+	for _, fd := range []*os.File{pidfd, nil} {
+		ctx, stop := watch(t.Context(), fd)
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("pid %d: ended at once: %v", pid, context.Cause(ctx))
+			t.Fatalf("pidfd %v: ended at once: %v", fd, context.Cause(ctx))
 		}
 		stop()
 		if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
-			t.Errorf("pid %d: stopped, cause %v, want %v", pid, cause, context.Canceled)
+			t.Errorf("pidfd %v: stopped, cause %v, want %v", fd, cause, context.Canceled)
 		}
 	}
 }

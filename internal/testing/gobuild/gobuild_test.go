@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// The plugin as the tests and benches build it is what the Makefile ships:
-// statically linked, with no dynamic loader to run on each exec.
+// Static builds the plugin as the Makefile does: statically linked, with
+// no dynamic loader to run on each exec.
 func TestStaticPluginHasNoInterpreter(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "netop-cni")
 	if err := Static(out, Plugin); err != nil {

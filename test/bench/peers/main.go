@@ -151,10 +151,10 @@ type ipam struct {
 	free func(context.Context, scenario) error
 }
 
-// scenario is what a run of N pods is on.
-// settle waits for the machine to be idle again after a round: the
-// kernel tears the round's 1000 network namespaces down after the bench
-// deleted them, and the next round would pay for it.
+// settle waits for the machine to be idle again after a round, so that
+// the next does not pay for what it left to the kernel and the control
+// plane (network namespaces torn down after the bench deleted them,
+// objects collected).
 func settle(ctx context.Context) {
 	waited, err := benchproc.Settle(ctx, 0.15, time.Minute)
 	if err != nil {
@@ -167,6 +167,7 @@ func settle(ctx context.Context) {
 // warmupPods are attached and detached by each IPAM before the scenarios.
 const warmupPods = 200
 
+// scenario is what a run of N pods is on.
 type scenario struct {
 	name string
 	// prefix is the range's; netop's Network has its gateway first and
@@ -340,10 +341,15 @@ func run(c config, dir, whereaboutsDir string) error {
 		}
 		n := min(warmupPods, c.pods)
 		fmt.Fprintf(os.Stderr, "%s, %s: %d pods, %d at once, not measured\n", i.name, warmup.name, n, c.concurrency)
-		if _, pods, err := unprofiled.attach(ctx, i, warmup, conf, warmup.name, n); err != nil {
+		o, pods, err := unprofiled.attach(ctx, i, warmup, conf, warmup.name, n)
+		if err != nil {
 			return err
-		} else if err := d.detach(ctx, conf, pods); err != nil {
+		}
+		if err := d.detach(ctx, conf, pods); err != nil {
 			return err
+		}
+		if o.Failures > 0 {
+			return fmt.Errorf("%s, %s: %d of %d pods failed: %v", i.name, warmup.name, o.Failures, n, o.Errors)
 		}
 		if err := i.free(ctx, warmup); err != nil {
 			return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, warmup.name, err)
