@@ -132,6 +132,14 @@ func TestStorageMigrationToV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	serveConversion(t, env)
+	// The API server takes the CRD's new conversion webhook up a moment
+	// after the CRD's update (before, it calls the manifest's service,
+	// which this test has not: CI of c866fa7). Reading a v1-stored
+	// Network in v2 converts through it once it has.
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := env.Netop.SamplecrdV2().Networks("default").Get(ctx, "old-1", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("reading a v1 Network in v2: %v", err)
+	})
 	if got := crdStoredVersions(t, crds); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Fatalf("storedVersions after the upgrade = %v, want [v1 v2]", got)
 	}
