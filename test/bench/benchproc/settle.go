@@ -17,7 +17,7 @@ import (
 // within, it says so; the caller decides whether to go on.
 func Settle(ctx context.Context, busyBelow float64, within time.Duration) (time.Duration, error) {
 	start := time.Now()
-	prevBusy, prevTotal, err := cpuTicks()
+	prev, err := ReadCPU()
 	if err != nil {
 		return 0, err
 	}
@@ -28,47 +28,65 @@ func Settle(ctx context.Context, busyBelow float64, within time.Duration) (time.
 			return time.Since(start), ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
-		b, total, err := cpuTicks()
+		now, err := ReadCPU()
 		if err != nil {
 			return time.Since(start), err
 		}
-		if total > prevTotal {
-			busy = float64(b-prevBusy) / float64(total-prevTotal)
+		if now.Total > prev.Total {
+			busy = float64(now.Busy-prev.Busy) / float64(now.Total-prev.Total)
 			if busy < busyBelow {
 				return time.Since(start), nil
 			}
 		}
-		prevBusy, prevTotal = b, total
+		prev = now
 	}
 	return time.Since(start), fmt.Errorf("the CPUs still %.0f %% busy after %s", busy*100, within)
 }
 
-// cpuTicks reads the machine's busy and total CPU time from /proc/stat,
-// in clock ticks; waiting for I/O counts as idle.
-func cpuTicks() (busy, total uint64, err error) {
+// CPUTicks is the machine's CPU time from /proc/stat, in clock ticks:
+// busy, stolen by the hypervisor (steal), and all.
+type CPUTicks struct{ Busy, Steal, Total uint64 }
+
+// ReadCPU reads the machine's CPU time; waiting for I/O counts as idle.
+func ReadCPU() (CPUTicks, error) {
+	var t CPUTicks
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, err
+		return t, err
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	fields := strings.Fields(line)
 	if len(fields) < 6 || fields[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+		return t, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	for i, f := range fields[1:] {
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+			return t, fmt.Errorf("/proc/stat: %w", err)
 		}
 		// user nice system idle iowait irq softirq steal guest guest_nice:
 		// guest time is already counted in user and nice.
 		if i >= 8 {
 			break
 		}
-		total += n
-		if i != 3 && i != 4 {
-			busy += n
+		t.Total += n
+		switch i {
+		case 3, 4:
+		case 7:
+			t.Steal += n
+		default:
+			t.Busy += n
 		}
 	}
-	return busy, total, nil
+	return t, nil
+}
+
+// StealShare is the share of the machine's time the hypervisor took
+// between before and t: when it is high, everything measured then was
+// slower, whatever ran.
+func (t CPUTicks) StealShare(before CPUTicks) float64 {
+	if t.Total <= before.Total {
+		return 0
+	}
+	return float64(t.Steal-before.Steal) / float64(t.Total-before.Total)
 }

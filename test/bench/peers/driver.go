@@ -165,6 +165,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
+	var steal float64
 	prof, err := startCPUProfile()
 	if err != nil {
 		return outcome{}, nil, err
@@ -179,9 +180,16 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	} else {
 		operatorProfiled <- nil
 	}
+	machine, err := benchproc.ReadCPU()
+	if err != nil {
+		return outcome{}, nil, err
+	}
 	start := time.Now()
 	asDriver(ctx, func(ctx context.Context) { d.attachAll(ctx, sandboxes, conf) })
 	elapsed := time.Since(start)
+	if now, err := benchproc.ReadCPU(); err == nil {
+		steal = now.StealShare(machine)
+	}
 	// Read before waiting for the operator's profile, which may outlast
 	// the scenario, and before reading the bench's own: neither is the
 	// scenario's CPU.
@@ -200,7 +208,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err := <-operatorProfiled; err != nil {
 		return outcome{}, nil, fmt.Errorf("profiling netop's operator: %w", err)
 	}
-	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}}
+	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}, StealPercent: steal * 100}
 	var adds []time.Duration
 	var creating time.Duration
 	created := 0
@@ -419,7 +427,7 @@ func report(c config, outcomes []outcome) {
 	}
 	_ = w.Flush()
 	for _, o := range outcomes {
-		calls := []string{fmt.Sprintf("pod create mean %.1f ms", o.CreateMs)}
+		calls := []string{fmt.Sprintf("pod create mean %.1f ms", o.CreateMs), fmt.Sprintf("CPU steal %.1f %%", o.StealPercent)}
 		for _, k := range slices.Sorted(maps.Keys(o.Webhooks)) {
 			calls = append(calls, fmt.Sprintf("webhook %s %.2f/pod, mean %.1f ms", k, o.Webhooks[k].PerPod, o.Webhooks[k].MeanMs))
 		}

@@ -199,6 +199,10 @@ type outcome struct {
 	// webhooks included; Webhooks are the API server's calls of them.
 	CreateMs float64                 `json:"podCreateMeanMs"`
 	Webhooks map[string]webhookCalls `json:"webhookCalls"`
+	// StealPercent is the share of the machine's time its hypervisor
+	// took during the scenario (/proc/stat's steal): runs to compare
+	// should have about the same.
+	StealPercent float64 `json:"stealPercent"`
 	// Phases are netop's means, in ms, of where an ADD waits.
 	Phases map[string]float64 `json:"netopPhasesMeanMs,omitempty"`
 }
