@@ -2,13 +2,19 @@ package podnet
 
 import (
 	"context"
+	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netop-dev/netop/internal/metrics"
@@ -46,5 +52,45 @@ func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
 	h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3)
 	if err != nil || h.Count != 1 || len(h.Pods) != 1 || h.Pods[0] != "ns/p" {
 		t.Fatalf("after the leader's allocation: %+v %v, want ns/p", h, err)
+	}
+}
+
+// A running pod's added Network whose write fails (a conflict) gives its
+// address back, and says so: a Network being deleted counted it while
+// the write was under way, and waits to be told (CI of 9245ce6, the
+// hot-plug test's Network deleted while attaching).
+func TestFailedHotPlugWriteTellsTheNetwork(t *testing.T) {
+	kube := kubefake.NewClientset()
+	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("modified"))
+	})
+	pods := kubeinformers.NewSharedInformerFactory(kube, 0)
+	nets := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	c, err := New(context.Background(), kube, pods.Core().V1().Pods(), nets.Samplecrd().V2().Networks(), pods.Core().V1().Namespaces(),
+		record.NewFakeRecorder(10), metrics.New(), Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told []string
+	c.OnUsageChanged(func(n cache.ObjectName) { told = append(told, n.String()) })
+	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", UID: "late-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.95.0.0/24"}}}
+	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(network); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-uid", ResourceVersion: "1"},
+		Spec: corev1.PodSpec{NodeName: "node"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	selections, err := netselect.Parse("late", "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.follow(context.Background(), pod, nil, selections); !apierrors.IsConflict(err) {
+		t.Fatalf("follow: %v, want the conflict", err)
+	}
+	if !slices.Contains(told, "ns/late") {
+		t.Errorf("Networks told of a change: %v, want ns/late", told)
+	}
+	if h, err := c.Held(network, netip.Prefix{}, 1); err != nil || h.Count != 0 {
+		t.Errorf("holders of late after the failed write: %+v %v, want none", h, err)
 	}
 }

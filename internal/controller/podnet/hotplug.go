@@ -85,6 +85,13 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 			c.freeLocked(pod.UID, a)
 		}
 		c.mu.Unlock()
+		// Counted while the write was under way (a Network being deleted
+		// waits for them): its controller and the pods waiting for an
+		// address learn they are free again.
+		for _, a := range added {
+			c.changed(networkName(a))
+			c.wakeNetwork(a.Network)
+		}
 		if apierrors.IsNotFound(err) {
 			c.release(name, pod.UID)
 		}
