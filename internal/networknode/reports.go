@@ -29,6 +29,9 @@ type NodeReports struct {
 	pods      corelisters.PodLister
 	namespace string
 
+	// synced is done once every report of the initial list was seen.
+	synced cache.DoneChecker
+
 	mu       sync.Mutex
 	onChange []func(uids []types.UID, all bool)
 }
@@ -38,7 +41,7 @@ type NodeReports struct {
 // Call it before the informers start.
 func NewNodeReports(informer netopinformers.NetworkNodeInformer, pods coreinformers.PodInformer, namespace string) (*NodeReports, error) {
 	r := &NodeReports{reports: informer.Lister(), namespace: namespace}
-	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { r.changed(nil, true) },
 		UpdateFunc: func(oldObj, newObj any) {
 			old, cur := oldObj.(*netopv1alpha1.NetworkNode), newObj.(*netopv1alpha1.NetworkNode)
@@ -49,9 +52,11 @@ func NewNodeReports(informer netopinformers.NetworkNodeInformer, pods coreinform
 			r.changed(changedNetworks(&old.Status, &cur.Status), false)
 		},
 		DeleteFunc: func(any) { r.changed(nil, true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("watching NetworkNodes: %w", err)
 	}
+	r.synced = reg.HasSyncedChecker()
 	if pods == nil {
 		return r, nil
 	}
@@ -74,6 +79,10 @@ func NewNodeReports(informer netopinformers.NetworkNodeInformer, pods coreinform
 	}
 	return r, nil
 }
+
+// HasSyncedChecker is done once every report of the initial list was
+// seen: until then, no node seems to run an agent.
+func (r *NodeReports) HasSyncedChecker() cache.DoneChecker { return r.synced }
 
 // OnChange registers f.
 func (r *NodeReports) OnChange(f func(uids []types.UID, all bool)) {

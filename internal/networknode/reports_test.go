@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	netopv1alpha1 "github.com/netop-dev/netop/pkg/apis/netop/v1alpha1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -50,8 +51,11 @@ func TestNodeReportsLagging(t *testing.T) {
 	}
 	factory.Start(t.Context().Done())
 	kubeFactory.Start(t.Context().Done())
-	factory.WaitForCacheSync(t.Context().Done())
 	kubeFactory.WaitForCacheSync(t.Context().Done())
+	// The reports are counted once they say they are synced.
+	if !cache.WaitFor(t.Context(), "", reports.HasSyncedChecker()) {
+		t.Fatal("stopped")
+	}
 
 	ready, total, of, lagging := reports.Nodes(n, 10)
 	if ready != 2 || total != 6 || of != 7 {

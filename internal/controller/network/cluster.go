@@ -28,6 +28,9 @@ type NodeReadiness interface {
 	// readiness on some node changed, or with all set when every
 	// Network's may have (a node came or went).
 	OnChange(f func(uids []types.UID, all bool))
+	// HasSyncedChecker is done once the reports were read whole: a
+	// Network synced before that would seem to have no agent anywhere.
+	HasSyncedChecker() cache.DoneChecker
 }
 
 // Cluster is the outcome of the controller of a cluster whose nodes run
@@ -49,10 +52,12 @@ type clusterOutcome struct {
 }
 
 // bind also has c's Networks synced again when the agents' reports of them
-// change.
+// change, and none synced before the reports are read: a new leader
+// would otherwise write every Ready Network as having no agent.
 func (o *clusterOutcome) bind(c *Controller) Outcome {
 	bound := &clusterOutcome{statusOutcome: &statusOutcome{c: c}, nodes: o.nodes, vnis: newVNIPool()}
 	bound.nodes.OnChange(bound.nodesChanged)
+	c.WaitFor(o.nodes.HasSyncedChecker())
 	return bound
 }
 
