@@ -210,8 +210,7 @@ func (a *Agent) followPeers(overlay *linux.Overlay, reports netopinformers.Netwo
 		}
 	})
 	overlay.Follow(peers)
-	a.controller.WaitFor(nodes.Informer().HasSyncedChecker())
-	a.controller.WaitFor(reports.Informer().HasSyncedChecker())
+	a.controller.WaitFor(peers.Synced()...)
 	return nil
 }
 

@@ -34,6 +34,9 @@ type Peers struct {
 	// byNetwork holds, by Network UID, the nodes that realise it.
 	byNetwork map[types.UID]map[string]bool
 	onChange  func(uids []types.UID)
+	// synced are done once every Node and report of the initial lists was
+	// seen.
+	synced []cache.DoneChecker
 }
 
 // NewPeers follows the Nodes and NetworkNodes in the informers' caches
@@ -41,22 +44,30 @@ type Peers struct {
 func NewPeers(nodes coreinformers.NodeInformer, reports netopinformers.NetworkNodeInformer, self string) (*Peers, error) {
 	p := &Peers{self: self, addrs: map[string]netip.Addr{}, realised: map[string]map[types.UID]int64{},
 		byNetwork: map[types.UID]map[string]bool{}}
-	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodesSeen, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.setNode(obj) },
 		UpdateFunc: func(_, obj any) { p.setNode(obj) },
 		DeleteFunc: func(obj any) { p.removeNode(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("following the Nodes: %w", err)
 	}
-	if _, err := reports.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reportsSeen, err := reports.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.setReport(obj) },
 		UpdateFunc: func(_, obj any) { p.setReport(obj) },
 		DeleteFunc: func(obj any) { p.removeReport(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("following the NetworkNodes: %w", err)
 	}
+	p.synced = []cache.DoneChecker{nodesSeen.HasSyncedChecker(), reportsSeen.HasSyncedChecker()}
 	return p, nil
 }
+
+// Synced are done once the initial Nodes and reports were all seen: a
+// Network synced before would stop flooding to the peers not seen yet.
+// The informers' own sync is not enough, their handlers may lag.
+func (p *Peers) Synced() []cache.DoneChecker { return p.synced }
 
 // OnChange registers f, told of the Networks whose peers changed. Call it
 // before the informers start.
