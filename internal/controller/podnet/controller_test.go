@@ -24,12 +24,11 @@ import (
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
-// A replica that does not lead runs no sync, so its pools never learn of
-// the leader's allocations; Held, which the Network webhook asks on every
-// replica, must still count the pods that hold addresses (from the pods
-// cache), or a cidr could move under them.
-func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
-	kube := kubefake.NewClientset()
+// newTestController is a controller on kube's pods and namespaces and on
+// Networks of a fake clientset, with the informer factories whose caches
+// the test fills by hand; no informer runs.
+func newTestController(t *testing.T, kube *kubefake.Clientset) (*Controller, kubeinformers.SharedInformerFactory, informers.SharedInformerFactory) {
+	t.Helper()
 	pods := kubeinformers.NewSharedInformerFactory(kube, 0)
 	nets := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
 	c, err := New(context.Background(), kube, pods.Core().V1().Pods(), nets.Samplecrd().V2().Networks(), pods.Core().V1().Namespaces(),
@@ -37,6 +36,15 @@ func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, pods, nets
+}
+
+// A replica that does not lead runs no sync, so its pools never learn of
+// the leader's allocations; Held, which the Network webhook asks on every
+// replica, must still count the pods that hold addresses (from the pods
+// cache), or a cidr could move under them.
+func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
+	c, pods, _ := newTestController(t, kubefake.NewClientset())
 	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "net-uid"},
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.70.0.0/24"}}}
 	if h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3); err != nil || h.Count != 0 {
@@ -64,13 +72,7 @@ func TestFailedHotPlugWriteTellsTheNetwork(t *testing.T) {
 	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("modified"))
 	})
-	pods := kubeinformers.NewSharedInformerFactory(kube, 0)
-	nets := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	c, err := New(context.Background(), kube, pods.Core().V1().Pods(), nets.Samplecrd().V2().Networks(), pods.Core().V1().Namespaces(),
-		record.NewFakeRecorder(10), metrics.New(), Options{Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, nets := newTestController(t, kube)
 	var told []string
 	c.OnUsageChanged(func(n cache.ObjectName) { told = append(told, n.String()) })
 	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", UID: "late-uid"},
