@@ -18,12 +18,22 @@ import (
 // runtime's call as skel read it (its environment and stdin), whole, so
 // that the node side reads the same configuration.
 type Request struct {
-	Command string        `json:"command"`
-	Args    *skel.CmdArgs `json:"args"`
+	// Protocol is the version of Request and Response the plugin speaks:
+	// Call sets it.
+	Protocol int           `json:"protocol"`
+	Command  string        `json:"command"`
+	Args     *skel.CmdArgs `json:"args"`
 	// Files names the files passed along the request (SCM_RIGHTS), in
 	// their order: FilePodNetns, FileDataDir, FileNodeNetns.
 	Files []string `json:"files,omitempty"`
 }
+
+// Protocol is the version of Request and Response. The node side refuses
+// a request of another: a plugin and a node side of netop versions that
+// read them differently would attach from a half-understood request. The
+// agent installs its own plugin when it starts, so a mismatch lasts no
+// longer than an upgrade's rollout on a node.
+const Protocol = 1
 
 // The files ADD passes along its request, opened by the plugin: the paths
 // in the runtime's call and the configuration are the plugin's view of
@@ -114,6 +124,7 @@ func Call(ctx context.Context, socket string, req Request, files []*os.File, tim
 	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
+	req.Protocol = Protocol
 	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, err

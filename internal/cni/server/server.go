@@ -203,11 +203,8 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		if err != nil {
 			return failure(fmt.Errorf("reading the request: %w", err))
 		}
-		if req.Command != "ADD" || req.Args == nil {
-			return failure(fmt.Errorf("command %q: only ADD is served (the plugin runs the others itself)", req.Command))
-		}
-		if len(files) != len(req.Files) {
-			return failure(fmt.Errorf("the request names %d files (%v) and passes %d", len(req.Files), req.Files, len(files)))
+		if err := servable(req, files); err != nil {
+			return failure(err)
 		}
 		passed := map[string]string{}
 		for i, name := range req.Files {
@@ -239,6 +236,21 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 	if err := json.NewEncoder(conn).Encode(resp); err != nil {
 		logger.Error(err, "Answering the CNI plugin")
 	}
+}
+
+// servable says why req, with files passed along it, is not served, or
+// nil.
+func servable(req plugin.Request, files []*os.File) error {
+	switch {
+	case req.Protocol != plugin.Protocol:
+		return fmt.Errorf("the plugin speaks protocol %d to netop's node side, which speaks %d: they are of different netop versions; "+
+			"the node agent installs the plugin of its own version when it starts", req.Protocol, plugin.Protocol)
+	case req.Command != "ADD" || req.Args == nil:
+		return fmt.Errorf("command %q: only ADD is served (the plugin runs the others itself)", req.Command)
+	case len(files) != len(req.Files):
+		return fmt.Errorf("the request names %d files (%v) and passes %d", len(req.Files), req.Files, len(files))
+	}
+	return nil
 }
 
 // maxRequest bounds a request: a network configuration with the previous

@@ -73,6 +73,9 @@ func TestRequestCarriesFiles(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("readRequest: %v", r.err)
 	}
+	if err := servable(r.req, r.files); err != nil {
+		t.Errorf("the plugin's request is not served: %v", err)
+	}
 	if r.req.Args.ContainerID != "c1" || string(r.req.Args.StdinData) != string(stdin) || len(r.req.Files) != 2 {
 		t.Errorf("request: container %q, %d bytes of stdin (sent %d), files %v", r.req.Args.ContainerID, len(r.req.Args.StdinData), len(stdin), r.req.Files)
 	}
@@ -85,6 +88,22 @@ func TestRequestCarriesFiles(t *testing.T) {
 		b, errB := files[i].Stat()
 		if errA != nil || errB != nil || !os.SameFile(a, b) {
 			t.Errorf("file %d received is not the one sent (%v %v)", i, errA, errB)
+		}
+	}
+}
+
+// A request of another version of the protocol, from a plugin of another
+// netop version, is refused, saying so; a request of this one is served.
+func TestServableRefusesAnotherProtocol(t *testing.T) {
+	req := plugin.Request{Protocol: plugin.Protocol, Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1"}}
+	if err := servable(req, nil); err != nil {
+		t.Fatalf("this protocol's ADD: %v", err)
+	}
+	for _, protocol := range []int{0, plugin.Protocol + 1} {
+		req.Protocol = protocol
+		err := servable(req, nil)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("protocol %d", protocol)) || !strings.Contains(err.Error(), "different netop versions") {
+			t.Errorf("protocol %d: %v, want a refusal naming both versions", protocol, err)
 		}
 	}
 }
