@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -250,6 +251,13 @@ func servable(req plugin.Request, files []*os.File) error {
 	case len(files) != len(req.Files):
 		return fmt.Errorf("the request names %d files (%v) and passes %d", len(req.Files), req.Files, len(files))
 	}
+	// Each one, or the ADD would act on a path of the plugin's view of the
+	// node here (the node namespace: this process's own).
+	for _, name := range []string{plugin.FilePodNetns, plugin.FileDataDir, plugin.FileNodeNetns} {
+		if !slices.Contains(req.Files, name) {
+			return fmt.Errorf("the request passes no file %q (it passes %v)", name, req.Files)
+		}
+	}
 	return nil
 }
 
@@ -428,26 +436,17 @@ func callerPidfd(ctx context.Context, conn *net.UnixConn, pid int) (*os.File, er
 	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
-// handleAdd runs an ADD, for as long as callerCtx lasts, and makes its
-// answer; ctx is the server's. passed are the paths, here,
-// of the files the plugin opened, by their names in the request; what it
-// did not pass is opened at the path the plugin has for it.
+// handleAdd runs a servable ADD, for as long as callerCtx lasts, and
+// makes its answer; ctx is the server's. passed are the paths, here, of
+// the files the plugin opened, by their names in the request: they stand
+// for the paths the plugin has.
 func (s *Server) handleAdd(ctx, callerCtx context.Context, req plugin.Request, passed map[string]string) plugin.Response {
 	conf, err := plugin.LoadConfig(req.Args.StdinData)
 	if err != nil {
 		return failure(err)
 	}
-	netnsPath := req.Args.Netns
-	if p, ok := passed[plugin.FilePodNetns]; ok {
-		netnsPath = p
-	}
-	if p, ok := passed[plugin.FileDataDir]; ok {
-		conf.DataDir = p
-	}
-	if p, ok := passed[plugin.FileNodeNetns]; ok {
-		conf.NodeNetns = p
-	}
-	result, err := s.add(ctx, callerCtx, conf, req.Args, netnsPath)
+	conf.DataDir, conf.NodeNetns = passed[plugin.FileDataDir], passed[plugin.FileNodeNetns]
+	result, err := s.add(ctx, callerCtx, conf, req.Args, passed[plugin.FilePodNetns])
 	if err != nil {
 		return failure(err)
 	}

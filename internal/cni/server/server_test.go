@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestRequestCarriesFiles(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	var files []*os.File
-	for _, name := range []string{"netns", "records"} {
+	for _, name := range []string{"netns", "records", "node"} {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +44,7 @@ func TestRequestCarriesFiles(t *testing.T) {
 		big[i] = 'x'
 	}
 	stdin, _ := json.Marshal(map[string]string{"padding": string(big)})
-	sent := plugin.Request{Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1", StdinData: stdin}, Files: []string{plugin.FilePodNetns, plugin.FileDataDir}}
+	sent := plugin.Request{Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1", StdinData: stdin}, Files: []string{plugin.FilePodNetns, plugin.FileDataDir, plugin.FileNodeNetns}}
 
 	type received struct {
 		req   plugin.Request
@@ -76,7 +77,7 @@ func TestRequestCarriesFiles(t *testing.T) {
 	if err := servable(r.req, r.files); err != nil {
 		t.Errorf("the plugin's request is not served: %v", err)
 	}
-	if r.req.Args.ContainerID != "c1" || string(r.req.Args.StdinData) != string(stdin) || len(r.req.Files) != 2 {
+	if r.req.Args.ContainerID != "c1" || string(r.req.Args.StdinData) != string(stdin) || len(r.req.Files) != 3 {
 		t.Errorf("request: container %q, %d bytes of stdin (sent %d), files %v", r.req.Args.ContainerID, len(r.req.Args.StdinData), len(stdin), r.req.Files)
 	}
 	if len(r.files) != len(files) {
@@ -93,17 +94,29 @@ func TestRequestCarriesFiles(t *testing.T) {
 }
 
 // A request of another version of the protocol, from a plugin of another
-// netop version, is refused, saying so; a request of this one is served.
-func TestServableRefusesAnotherProtocol(t *testing.T) {
-	req := plugin.Request{Protocol: plugin.Protocol, Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1"}}
-	if err := servable(req, nil); err != nil {
+// netop version, is refused, saying so, and so is one that does not pass
+// each file an ADD acts on; a whole request of this one is served.
+func TestServable(t *testing.T) {
+	whole := func() plugin.Request {
+		return plugin.Request{Protocol: plugin.Protocol, Command: "ADD", Args: &skel.CmdArgs{ContainerID: "c1"},
+			Files: []string{plugin.FilePodNetns, plugin.FileDataDir, plugin.FileNodeNetns}}
+	}
+	if err := servable(whole(), make([]*os.File, 3)); err != nil {
 		t.Fatalf("this protocol's ADD: %v", err)
 	}
 	for _, protocol := range []int{0, plugin.Protocol + 1} {
+		req := whole()
 		req.Protocol = protocol
-		err := servable(req, nil)
+		err := servable(req, make([]*os.File, 3))
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("protocol %d", protocol)) || !strings.Contains(err.Error(), "different netop versions") {
 			t.Errorf("protocol %d: %v, want a refusal naming both versions", protocol, err)
+		}
+	}
+	for i, name := range whole().Files {
+		req := whole()
+		req.Files = slices.Delete(req.Files, i, i+1)
+		if err := servable(req, make([]*os.File, 2)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no file %q", name)) {
+			t.Errorf("without %s: %v, want a refusal naming it", name, err)
 		}
 	}
 }
