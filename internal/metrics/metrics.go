@@ -83,7 +83,8 @@ type Metrics struct {
 	PolicyRules       prometheus.Gauge
 	PolicyElements    prometheus.Gauge
 	// CNIAdd times the node side's CNI ADDs by phase (see the
-	// CNIPhase values): where a pod's start waits on netop.
+	// CNIPhase values) and result (ResultSuccess or ResultError): where
+	// a pod's start waits on netop, apart from the waits that failed.
 	CNIAdd *prometheus.HistogramVec
 
 	queueDepth          *prometheus.GaugeVec
@@ -162,8 +163,8 @@ func New() *Metrics {
 		}),
 		CNIAdd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "cni", Name: "add_seconds",
-			Help: "Time of the phases of the CNI ADDs this node side served, successful or not: allocation (waiting for the pod's addresses in the node's cache), attach (making and recording its interfaces).", Buckets: buckets,
-		}, []string{"phase"}),
+			Help: "Time of the phases of the CNI ADDs this node side served, by phase and result (success or error): allocation (waiting for the pod's addresses in the node's cache), attach (making and recording its interfaces).", Buckets: buckets,
+		}, []string{"phase", "result"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),

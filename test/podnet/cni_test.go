@@ -338,8 +338,8 @@ func TestCNIPlugin(t *testing.T) {
 			n.requireAttached(t, a)
 			// Where a pod's start waits on netop is timed.
 			for _, phase := range []string{metrics.CNIPhaseAllocation, metrics.CNIPhaseAttach} {
-				if count := testenv.HistogramCount(t, n.op.Metrics().CNIAdd.WithLabelValues(phase)); count < 1 {
-					t.Errorf("netop_cni_add_seconds{phase=%q}: %d samples after an ADD, want at least 1", phase, count)
+				if count := testenv.HistogramCount(t, n.op.Metrics().CNIAdd.WithLabelValues(phase, metrics.ResultSuccess)); count < 1 {
+					t.Errorf("netop_cni_add_seconds{phase=%q,result=success}: %d samples after an ADD, want at least 1", phase, count)
 				}
 			}
 			if _, err := n.runtime.AddNetworkList(ctx, list, b.rt("eth0")); err != nil {
@@ -476,7 +476,9 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	// The runtime kills a plugin that outlives its own timeout: its ADD
 	// ends on the node side with it, not at the configuration's timeout
 	// (10 minutes here).
-	allocationPhase := n.op.Metrics().CNIAdd.WithLabelValues(metrics.CNIPhaseAllocation)
+	// Its wait ends as failed: the metric of the waits that succeed does
+	// not count it.
+	allocationPhase := n.op.Metrics().CNIAdd.WithLabelValues(metrics.CNIPhaseAllocation, metrics.ResultError)
 	ended := testenv.HistogramCount(t, allocationPhase)
 	watching := pidfds(t)
 	caller := n.startPlugin(t, "ADD", missing, "eth0", func(c *plugin.Config) { c.Timeout = "10m" })

@@ -29,7 +29,7 @@ import (
 // is the server's: the command's own is callerCtx (which ends when the
 // plugin exits) bounded by the configuration's timeout, and the
 // network-status written after it by the server's.
-func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, args *skel.CmdArgs, podNetns string) (*current.Result, error) {
+func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, args *skel.CmdArgs, podNetns string) (_ *current.Result, err error) {
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	if conf.PrevResult != nil {
 		var err error
@@ -67,7 +67,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	defer cancel()
 	waited := time.Now()
 	pod, allocations, err := s.podAllocations(ctx, namespace, name, string(pa.K8S_POD_UID))
-	s.observe(metrics.CNIPhaseAllocation, waited)
+	s.observe(metrics.CNIPhaseAllocation, waited, err)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 		return result, nil
 	}
 
-	defer s.observe(metrics.CNIPhaseAttach, time.Now())
+	defer func(start time.Time) { s.observe(metrics.CNIPhaseAttach, start, err) }(time.Now())
 	attacher, err := conf.Attacher()
 	if err != nil {
 		return nil, err
@@ -181,10 +181,15 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	return result, nil
 }
 
-// observe records a phase of an ADD that began at start.
-func (s *Server) observe(phase string, start time.Time) {
+// observe records a phase of an ADD that began at start and ended with
+// err.
+func (s *Server) observe(phase string, start time.Time, err error) {
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.CNIAdd.WithLabelValues(phase).Observe(time.Since(start).Seconds())
+		result := metrics.ResultSuccess
+		if err != nil {
+			result = metrics.ResultError
+		}
+		s.opts.Metrics.CNIAdd.WithLabelValues(phase, result).Observe(time.Since(start).Seconds())
 	}
 }
 

@@ -105,11 +105,15 @@ func Scrape(addr string) (map[string]*dto.MetricFamily, error) {
 	return parser.TextToMetricFamilies(resp.Body)
 }
 
-// Histogram is the sum and count of a histogram's samples whose label
-// has value.
-func Histogram(families map[string]*dto.MetricFamily, name, label, value string) (sum, count float64) {
+// Histogram is the sum and count of a histogram's samples whose labels
+// have the values of labels, given as label, value pairs.
+func Histogram(families map[string]*dto.MetricFamily, name string, labels ...string) (sum, count float64) {
 	for _, m := range families[name].GetMetric() {
-		if Label(m, label) == value {
+		matches := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			matches = matches && Label(m, labels[i]) == labels[i+1]
+		}
+		if matches {
 			sum += m.GetHistogram().GetSampleSum()
 			count += float64(m.GetHistogram().GetSampleCount())
 		}

@@ -82,12 +82,15 @@ type usage struct {
 }
 
 // netopPhases are where a netop ADD's time goes, in order, by the
-// operator's histogram, label and value of each.
-var netopPhases = []struct{ phase, histogram, label, value string }{
-	{"allocation queue", "netop_workqueue_queue_duration_seconds", "name", podnet.Name},
-	{"allocation", "netop_workqueue_work_duration_seconds", "name", podnet.Name},
-	{"ADD waiting", "netop_cni_add_seconds", "phase", metrics.CNIPhaseAllocation},
-	{"ADD attaching", "netop_cni_add_seconds", "phase", metrics.CNIPhaseAttach},
+// operator's histogram and the label, value pairs of each.
+var netopPhases = []struct {
+	phase, histogram string
+	labels           []string
+}{
+	{"allocation queue", "netop_workqueue_queue_duration_seconds", []string{"name", podnet.Name}},
+	{"allocation", "netop_workqueue_work_duration_seconds", []string{"name", podnet.Name}},
+	{"ADD waiting", "netop_cni_add_seconds", []string{"phase", metrics.CNIPhaseAllocation, "result", metrics.ResultSuccess}},
+	{"ADD attaching", "netop_cni_add_seconds", []string{"phase", metrics.CNIPhaseAttach, "result", metrics.ResultSuccess}},
 }
 
 func (d *driver) usage(ctx context.Context) (usage, error) {
@@ -108,7 +111,7 @@ func (d *driver) usage(ctx context.Context) (usage, error) {
 	}
 	u.phases = map[string][2]float64{}
 	for _, p := range netopPhases {
-		sum, count := benchproc.Histogram(families, p.histogram, p.label, p.value)
+		sum, count := benchproc.Histogram(families, p.histogram, p.labels...)
 		u.phases[p.phase] = [2]float64{sum, count}
 	}
 	return u, nil
