@@ -30,9 +30,10 @@ type Request struct {
 
 // Protocol is the version of Request and Response. The node side refuses
 // a request of another: a plugin and a node side of netop versions that
-// read them differently would attach from a half-understood request. The
-// agent installs its own plugin when it starts, so a mismatch lasts no
-// longer than an upgrade's rollout on a node.
+// read them differently would attach from a half-understood request. (A
+// node side older than the field serves any.) An agent with --install-cni
+// installs the plugin of its own version when it starts; a plugin put in
+// place by hand is replaced by hand.
 const Protocol = 1
 
 // The files ADD passes along its request, opened by the plugin: the paths
@@ -45,8 +46,8 @@ const (
 	FilePodNetns = "podNetns"
 	// FileDataDir is the directory of the attachment records (dataDir).
 	FileDataDir = "dataDir"
-	// FileNodeNetns is the bridges' network namespace (nodeNetns), if
-	// the configuration names one.
+	// FileNodeNetns is the bridges' network namespace: the
+	// configuration's nodeNetns, or the plugin's own.
 	FileNodeNetns = "nodeNetns"
 )
 

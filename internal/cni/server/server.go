@@ -205,6 +205,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 			return failure(fmt.Errorf("reading the request: %w", err))
 		}
 		if err := servable(req, files); err != nil {
+			logger.Error(err, "Refused a CNI request", "command", req.Command)
 			return failure(err)
 		}
 		passed := map[string]string{}
@@ -245,7 +246,7 @@ func servable(req plugin.Request, files []*os.File) error {
 	switch {
 	case req.Protocol != plugin.Protocol:
 		return fmt.Errorf("the plugin speaks protocol %d to netop's node side, which speaks %d: they are of different netop versions; "+
-			"the node agent installs the plugin of its own version when it starts", req.Protocol, plugin.Protocol)
+			"install the netop-cni of the node side's version (an agent with --install-cni does when it starts)", req.Protocol, plugin.Protocol)
 	case req.Command != "ADD" || req.Args == nil:
 		return fmt.Errorf("command %q: only ADD is served (the plugin runs the others itself)", req.Command)
 	case len(files) != len(req.Files):

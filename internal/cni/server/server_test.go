@@ -108,7 +108,8 @@ func TestServable(t *testing.T) {
 		req := whole()
 		req.Protocol = protocol
 		err := servable(req, make([]*os.File, 3))
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("protocol %d", protocol)) || !strings.Contains(err.Error(), "different netop versions") {
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("protocol %d", protocol)) || !strings.Contains(err.Error(), fmt.Sprintf("speaks %d", plugin.Protocol)) ||
+			!strings.Contains(err.Error(), "different netop versions") {
 			t.Errorf("protocol %d: %v, want a refusal naming both versions", protocol, err)
 		}
 	}

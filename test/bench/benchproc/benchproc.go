@@ -106,12 +106,12 @@ func Scrape(addr string) (map[string]*dto.MetricFamily, error) {
 }
 
 // Histogram is the sum and count of a histogram's samples whose labels
-// have the values of labels, given as label, value pairs.
-func Histogram(families map[string]*dto.MetricFamily, name string, labels ...string) (sum, count float64) {
+// have the values in labels.
+func Histogram(families map[string]*dto.MetricFamily, name string, labels map[string]string) (sum, count float64) {
 	for _, m := range families[name].GetMetric() {
 		matches := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			matches = matches && Label(m, labels[i]) == labels[i+1]
+		for label, value := range labels {
+			matches = matches && Label(m, label) == value
 		}
 		if matches {
 			sum += m.GetHistogram().GetSampleSum()

@@ -82,15 +82,15 @@ type usage struct {
 }
 
 // netopPhases are where a netop ADD's time goes, in order, by the
-// operator's histogram and the label, value pairs of each.
+// operator's histogram and the labels of the series counted.
 var netopPhases = []struct {
 	phase, histogram string
-	labels           []string
+	labels           map[string]string
 }{
-	{"allocation queue", "netop_workqueue_queue_duration_seconds", []string{"name", podnet.Name}},
-	{"allocation", "netop_workqueue_work_duration_seconds", []string{"name", podnet.Name}},
-	{"ADD waiting", "netop_cni_add_seconds", []string{"phase", metrics.CNIPhaseAllocation, "result", metrics.ResultSuccess}},
-	{"ADD attaching", "netop_cni_add_seconds", []string{"phase", metrics.CNIPhaseAttach, "result", metrics.ResultSuccess}},
+	{"allocation queue", "netop_workqueue_queue_duration_seconds", map[string]string{"name": podnet.Name}},
+	{"allocation", "netop_workqueue_work_duration_seconds", map[string]string{"name": podnet.Name}},
+	{"ADD waiting", "netop_cni_add_seconds", map[string]string{"phase": metrics.CNIPhaseAllocation, "result": metrics.ResultSuccess}},
+	{"ADD attaching", "netop_cni_add_seconds", map[string]string{"phase": metrics.CNIPhaseAttach, "result": metrics.ResultSuccess}},
 }
 
 func (d *driver) usage(ctx context.Context) (usage, error) {
@@ -111,7 +111,7 @@ func (d *driver) usage(ctx context.Context) (usage, error) {
 	}
 	u.phases = map[string][2]float64{}
 	for _, p := range netopPhases {
-		sum, count := benchproc.Histogram(families, p.histogram, p.labels...)
+		sum, count := benchproc.Histogram(families, p.histogram, p.labels)
 		u.phases[p.phase] = [2]float64{sum, count}
 	}
 	return u, nil
