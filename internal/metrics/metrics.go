@@ -208,11 +208,20 @@ func (m *Metrics) Handler() http.Handler {
 
 // ObserveBackend records one backend operation.
 func (m *Metrics) ObserveBackend(backend, operation string, d time.Duration, err error) {
-	result := ResultSuccess
+	m.BackendDuration.WithLabelValues(backend, operation, resultOf(err)).Observe(d.Seconds())
+}
+
+// ObserveCNIAdd records one phase of a CNI ADD (a CNIPhase value).
+func (m *Metrics) ObserveCNIAdd(phase string, d time.Duration, err error) {
+	m.CNIAdd.WithLabelValues(phase, resultOf(err)).Observe(d.Seconds())
+}
+
+// resultOf is the result label of an operation that ended with err.
+func resultOf(err error) string {
 	if err != nil {
-		result = ResultError
+		return ResultError
 	}
-	m.BackendDuration.WithLabelValues(backend, operation, result).Observe(d.Seconds())
+	return ResultSuccess
 }
 
 // CountRequests wraps an API client transport so that every request is

@@ -185,11 +185,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 // err.
 func (s *Server) observe(phase string, start time.Time, err error) {
 	if s.opts.Metrics != nil {
-		result := metrics.ResultSuccess
-		if err != nil {
-			result = metrics.ResultError
-		}
-		s.opts.Metrics.CNIAdd.WithLabelValues(phase, result).Observe(time.Since(start).Seconds())
+		s.opts.Metrics.ObserveCNIAdd(phase, time.Since(start), err)
 	}
 }
 

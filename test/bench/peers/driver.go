@@ -168,7 +168,6 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	if err != nil {
 		return outcome{}, nil, err
 	}
-	var steal float64
 	prof, err := startCPUProfile()
 	if err != nil {
 		return outcome{}, nil, err
@@ -190,6 +189,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	start := time.Now()
 	asDriver(ctx, func(ctx context.Context) { d.attachAll(ctx, sandboxes, conf) })
 	elapsed := time.Since(start)
+	var steal float64
 	if now, err := benchproc.ReadCPU(); err == nil {
 		steal = now.StealShare(machine)
 	}
