@@ -224,10 +224,6 @@ func newNetworkController(ctx context.Context, s *shared) (runnable, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Address usage is read from the pods, and whether their namespaces
-	// may still join from the namespaces: not before both are listed (an
-	// unseen namespace would count its pods as outsiders).
-	c.WaitFor(s.pods.Core().V1().Pods().Informer().HasSyncedChecker(), s.builtin.Core().V1().Namespaces().Informer().HasSyncedChecker())
 	return c, nil
 }
 

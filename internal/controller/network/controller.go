@@ -86,6 +86,11 @@ type AddressUsage interface {
 	// pods took or freed, or whose pods' namespaces changed: New registers the controller's UsageChanged,
 	// which it cannot be handed before the controller exists.
 	OnUsageChanged(f func(network cache.ObjectName))
+	// Synced are done once the caches the other methods read are filled.
+	// The controller syncs no Network before: a new leader would write
+	// the addresses of pods it has not seen as free, and the pods of a
+	// namespace it has not seen as outsiders.
+	Synced() []cache.DoneChecker
 }
 
 // usageDelay coalesces the status writes of address usage: a burst of
@@ -159,6 +164,7 @@ func New(ctx context.Context, client versioned.Interface, networks networkcache.
 	c.outcome = outcome.bind(c)
 	if c.addresses != nil {
 		c.addresses.OnUsageChanged(c.UsageChanged)
+		c.WaitFor(c.addresses.Synced()...)
 	}
 	logger := klog.FromContext(ctx)
 	registration, err := networks.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{

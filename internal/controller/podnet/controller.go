@@ -122,6 +122,8 @@ type Controller struct {
 	// retired Networks are being deleted: nothing more is allocated in
 	// them.
 	retired map[types.UID]bool
+	// readsSynced: the caches Usage, Retire and Outsiders read.
+	readsSynced []cache.DoneChecker
 }
 
 type held struct {
@@ -139,6 +141,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 		kube: kube, pods: pods.Lister(), networks: networks.Lister(), namespaces: tenancy.Namespaces{Lister: namespaces.Lister()}, recorder: recorder, resolver: o.Resolver,
 		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
 		retired: map[types.UID]bool{}, changed: func(cache.ObjectName) {}, podIndex: pods.Informer().GetIndexer(),
+		readsSynced: []cache.DoneChecker{pods.Informer().HasSyncedChecker(), namespaces.Informer().HasSyncedChecker()},
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{networkIndex: podNetworkUIDs}); err != nil {
 		return nil, fmt.Errorf("indexing pods by Network: %w", err)
@@ -236,6 +239,10 @@ func (c *Controller) namespaceChanged(obj any) {
 // instead of the function given before. Call it before Run: the workers
 // read it unguarded.
 func (c *Controller) OnUsageChanged(f func(network cache.ObjectName)) { c.changed = f }
+
+// Synced are done once the pods and namespaces Usage, Retire and
+// Outsiders read are in the caches.
+func (c *Controller) Synced() []cache.DoneChecker { return c.readsSynced }
 
 func (c *Controller) enqueuePod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
