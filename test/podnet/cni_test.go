@@ -508,6 +508,78 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	}
 }
 
+// An ADD on the node side and a DEL in the plugin each wait for the
+// container's lock, which the other holds while it changes the container:
+// the DEL the runtime sends after killing a plugin then finds what that
+// plugin's ADD left once its undo is done, not half of it.
+func TestCNIPluginTakesTheContainersLock(t *testing.T) {
+	n := startCNINode(t)
+	ctx := t.Context()
+	list := n.conf(t, "1.1.0", "")
+	s := n.newSandbox(t, "locked", "example-network", true)
+	store := cni.Store{Dir: n.dataDir}
+	// Given a quarter of a second, either would have run many times over.
+	const held = 250 * time.Millisecond
+
+	lock, err := store.Lock(s.containerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan error, 1)
+	go func() {
+		_, err := n.runtime.AddNetworkList(ctx, list, s.rt("eth0"))
+		added <- err
+	}()
+	select {
+	case err := <-added:
+		t.Fatalf("ADD ended while the container's lock was held: %v", err)
+	case <-time.After(held):
+	}
+	if _, err := s.handle.LinkByName("net1"); err == nil {
+		t.Fatal("ADD attached while the container's lock was held")
+	}
+	if err := lock.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-added:
+		if err != nil {
+			t.Fatalf("ADD: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ADD did not end once the container's lock was free")
+	}
+	n.requireAttached(t, s)
+
+	if lock, err = store.Lock(s.containerID); err != nil {
+		t.Fatal(err)
+	}
+	del := n.startPlugin(t, "DEL", s, "eth0")
+	deleted := make(chan error, 1)
+	go func() { deleted <- del.Wait() }()
+	select {
+	case err := <-deleted:
+		t.Fatalf("DEL ended while the container's lock was held: %v", err)
+	case <-time.After(held):
+	}
+	n.requireAttached(t, s)
+	if err := lock.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-deleted:
+		if err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("DEL did not end once the container's lock was free")
+	}
+	n.requireDetached(t, s)
+	if entries, err := os.ReadDir(n.dataDir); err != nil || len(entries) != 0 {
+		t.Errorf("left in the records' directory after DEL: %v %v", entries, err)
+	}
+}
+
 // startPlugin starts netop's plugin for command on sandbox s's interface
 // ifname, as the runtime executes it, with the node's configuration edited.
 func (n *cniNode) startPlugin(t *testing.T, command string, s *sandbox, ifname string, edit ...func(*plugin.Config)) *exec.Cmd {

@@ -210,15 +210,24 @@ func (c *Config) covers(r cni.RecordedInterface, ifname string) bool {
 	return c.Network == "" || r.Network == c.Network && r.Interface == ifname
 }
 
-func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
+func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 	log := logr.FromContextOrDiscard(ctx)
-	record, attacher, ok, err := recorded(conf, args)
+	// The node side may be undoing an ADD of the container whose plugin
+	// the runtime killed: its record is read once that is done.
+	record, ok, lock, err := conf.Store().LoadLocked(args.ContainerID)
+	if lock != nil {
+		defer func() { err = errors.Join(err, lock.Unlock()) }()
+	}
 	if err != nil {
 		return err
 	}
 	if !ok {
 		log.V(vInfo).Info("Nothing recorded for the container: nothing to detach")
 		return nil
+	}
+	attacher, err := conf.Attacher()
+	if err != nil {
+		return err
 	}
 	defer attacher.Close()
 	var gone []string
@@ -284,7 +293,19 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	defer attacher.Close()
 	known := map[string]bool{}
 	var errs []error
-	for _, r := range records {
+	for _, listed := range records {
+		// As it is now: a DEL may have taken it since the listing.
+		r, _, lock, err := conf.Store().LoadLocked(listed.ContainerID)
+		if err != nil {
+			if lock != nil {
+				err = errors.Join(err, lock.Unlock())
+			}
+			errs = append(errs, err)
+			for _, i := range listed.Interfaces {
+				known[i.HostVeth] = true
+			}
+			continue
+		}
 		var gone []string
 		for _, i := range r.Interfaces {
 			if i.Config != conf.Name || valid[r.ContainerID] {
@@ -301,6 +322,9 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 			gone = append(gone, i.Interface)
 		}
 		if err := conf.Store().Forget(r, gone); err != nil {
+			errs = append(errs, err)
+		}
+		if err := lock.Unlock(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -93,7 +93,17 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	}
 	defer attacher.Close()
 	store := conf.Store()
-	record, _, err := store.Load(args.ContainerID)
+	// Held until the record says what stands: a DEL the runtime sends
+	// after killing the plugin waits for this ADD's undo, or ran before,
+	// and then the plugin is gone and nothing is attached.
+	record, _, lock, err := store.LoadLocked(args.ContainerID)
+	if lock != nil {
+		defer func() {
+			if err := lock.Unlock(); err != nil {
+				logger.Error(err, "Unlocking the container's record")
+			}
+		}()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +141,8 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
-		if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
-			return nil, undo(cause)
+		if err := callerGone(ctx); err != nil {
+			return nil, undo(err)
 		}
 		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
 		if err != nil {
@@ -156,9 +166,10 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
 		}
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+	if err := callerGone(ctx); err != nil {
 		// Attached, but for nobody: the runtime gave up on the sandbox.
-		return nil, undo(cause)
+		// Asked under the lock: a DEL after this finds the record.
+		return nil, undo(err)
 	}
 	if conf.Network == "" && conf.PrevResult != nil {
 		// Chained after the pod network's plugin, netop knows the default

@@ -377,10 +377,36 @@ func watch(ctx context.Context, pidfd *os.File) (context.Context, func()) {
 			cancel(errCallerGone)
 		}
 	}()
+	ctx = context.WithValue(ctx, callerExitedKey{}, func() bool {
+		exited := false
+		if raw.Control(func(fd uintptr) { exited = readable(int(fd)) }) == nil && exited {
+			cancel(errCallerGone)
+		}
+		return exited
+	})
 	return ctx, func() {
 		_ = pidfd.Close()
 		cancel(nil)
 	}
+}
+
+// callerExitedKey is the context value of watch: a function that asks the
+// kernel whether the caller has exited, without waiting for the watch to
+// hear of it.
+type callerExitedKey struct{}
+
+// callerGone is errCallerGone if the caller watched in ctx has exited, as
+// the kernel says now. What decides to attach asks it: the runtime sends
+// DEL once it killed the plugin, and a DEL that ran before the ADD took
+// the container's lock has to be matched by the ADD not attaching.
+func callerGone(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+		return cause
+	}
+	if exited, ok := ctx.Value(callerExitedKey{}).(func() bool); ok && exited() {
+		return errCallerGone
+	}
+	return nil
 }
 
 // readable: fd is readable now (a pidfd: its process has exited).

@@ -243,6 +243,24 @@ func TestWatchEndsWithTheCaller(t *testing.T) {
 	defer stop()
 	ended(ctx, "exited before the watch")
 
+	// Asked, the kernel answers at once, before the watch hears of it:
+	// what decides to attach under the container's lock asks.
+	caller, pidfd = start()
+	ctx, stop = watch(t.Context(), pidfd)
+	defer stop()
+	if err := callerGone(ctx); err != nil {
+		t.Fatalf("gone while its caller runs: %v", err)
+	}
+	if err := caller.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Reaped: the pidfd is readable from the exit on.
+	_ = caller.Wait()
+	if err := callerGone(ctx); !errors.Is(err, errCallerGone) {
+		t.Errorf("the caller was killed and reaped: %v, want %v", err, errCallerGone)
+	}
+	ended(ctx, "found gone when asked")
+
 	// Stopped (the answer sent), it ends without blaming the caller; with
 	// no pidfd (a caller it cannot see) it is left to its parent until
 	// then.

@@ -158,11 +158,33 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRuntimeUnreachable, "Cannot change the pod's Networks: %v", err)
 		return err
 	}
-	rec, _, err := c.opts.Store.Load(sandbox.ID)
+	// The runtime's DEL of the sandbox (the pod deleted meanwhile) waits
+	// for the change, and finds it in the record; the report to the API
+	// server, which may be down, comes after: a DEL works without it.
+	rec, _, lock, err := c.opts.Store.LoadLocked(sandbox.ID)
+	if lock == nil {
+		return err
+	}
+	var failed []error
+	if err == nil {
+		rec, failed, err = c.change(klog.NewContext(ctx, logger), pod, sandbox, allocations, rec)
+	}
+	if unlockErr := lock.Unlock(); unlockErr != nil {
+		logger.Error(unlockErr, "Unlocking the sandbox's record")
+	}
 	if err != nil {
 		return err
 	}
-	rec.ContainerID, rec.Netns, rec.Pod = sandbox.ID, sandbox.Netns, name.String()
+	return errors.Join(append(failed, c.report(ctx, pod, allocations, rec))...)
+}
+
+// change makes the interfaces of the pod's sandbox, recorded in rec, those
+// its allocations ask for, holding the sandbox's lock, and returns the
+// record as it then stands; failed are the attachments that failed, err
+// what stopped the change.
+func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sandbox, allocations []netselect.Allocation, rec cni.Record) (cni.Record, []error, error) {
+	logger := klog.FromContext(ctx)
+	rec.ContainerID, rec.Netns, rec.Pod = sandbox.ID, sandbox.Netns, cache.MetaObjectToName(pod).String()
 	want := netselect.Active(allocations)
 
 	// Interfaces no allocation asks for any more go first: a name may pass
@@ -174,22 +196,22 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 		if err := c.opts.Attacher.Del(sandbox.ID, r.Interface); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonDetachFailed, "Detaching %s from Network %s: %v", r.Interface, r.Network, err)
-			return errors.Join(err, c.opts.Store.Forget(rec, gone))
+			return rec, nil, errors.Join(err, c.opts.Store.Forget(rec, gone))
 		}
 		gone = append(gone, r.Interface)
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonDetached, "Detached %s (%s) from Network %s", r.Interface, strings.Join(r.IPs, ","), r.Network)
 		logger.Info("Detached", "interface", r.Interface, "network", r.Network, "containerID", sandbox.ID)
 	}
 	if err := c.opts.Store.Forget(rec, gone); err != nil {
-		return err
+		return rec, nil, err
 	}
 	rec = rec.Without(gone)
 
+	var failed []error
 	config := c.opts.Config
 	if len(rec.Interfaces) > 0 {
 		config = rec.Interfaces[0].Config
 	}
-	var failed []error
 	for _, a := range want {
 		at, err := allocated.Attachment(sandbox.ID, sandbox.Netns, a)
 		if err != nil {
@@ -205,7 +227,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		// controller's next sync (which finds it not in place), undo.
 		rec = rec.With(allocated.Interfaces(config, sandbox.ID, a)...)
 		if err := c.opts.Store.Save(rec); err != nil {
-			return err
+			return rec, failed, err
 		}
 		attached, err := c.attach(ctx, at)
 		if err != nil {
@@ -222,7 +244,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttached, "Attached %s (%s, %s) to Network %s", a.Interface, strings.Join(a.IPs, ","), attached.MAC, a.Network)
 		logger.Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs, "containerID", sandbox.ID, "hostVeth", attached.HostVeth)
 	}
-	return errors.Join(append(failed, c.report(ctx, pod, allocations, rec))...)
+	return rec, failed, nil
 }
 
 // bridgeWait bounds how long an attachment waits for its Network's bridge
@@ -336,18 +358,40 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 			c.AddAfter(name, sweepDelay)
 			continue
 		}
-		var gone []string
-		for _, i := range r.Interfaces {
-			if err := c.opts.Attacher.Del(r.ContainerID, i.Interface); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			gone = append(gone, i.Interface)
-		}
-		if err := c.opts.Store.Forget(r, gone); err != nil {
+		gone, err := c.detachRecorded(r.ContainerID)
+		if err != nil {
 			errs = append(errs, err)
 		}
 		klog.FromContext(ctx).V(1).Info("Removed what a deleted pod's sandbox still recorded", "pod", name, "containerID", r.ContainerID, "interfaces", gone)
 	}
 	return errors.Join(errs...)
+}
+
+// detachRecorded detaches what the container's record holds, as it
+// stands under the container's lock (a DEL may have run since it was
+// listed), and returns the interfaces it detached.
+func (c *Controller) detachRecorded(containerID string) ([]string, error) {
+	r, _, lock, err := c.opts.Store.LoadLocked(containerID)
+	if lock == nil {
+		return nil, err
+	}
+	var errs []error
+	var gone []string
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, i := range r.Interfaces {
+		if err := c.opts.Attacher.Del(r.ContainerID, i.Interface); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		gone = append(gone, i.Interface)
+	}
+	if err := c.opts.Store.Forget(r, gone); err != nil {
+		errs = append(errs, err)
+	}
+	if err := lock.Unlock(); err != nil {
+		errs = append(errs, err)
+	}
+	return gone, errors.Join(errs...)
 }
