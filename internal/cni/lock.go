@@ -3,9 +3,10 @@ package cni
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	"hash/fnv"
+	"io"
 	"os"
-	"strings"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,72 +18,52 @@ import (
 // over the record, and a hot-plug raced a DEL: a record left for
 // interfaces already gone, or a record dropped for one still there.
 type ContainerLock struct {
-	file           *os.File
-	path, recorded string
+	file *os.File
 }
 
+// lockFile holds the containers' locks: one byte of it each, at an offset
+// their ID hashes to. One file that is never removed, rather than a file
+// per container: creating and removing a file in the records' directory
+// is what a record's write costs most, and a lock file removed while
+// another process waits on it locks nothing.
+const lockFile = "containers.lock"
+
 // Lock takes the container's lock, waiting for its holder; it ends with
-// Unlock or with the process. It is an flock(2) on a file beside the
-// record, which Unlock removes with the record.
+// Unlock or with the process. It is an open file description lock
+// (F_OFD_SETLKW) on the container's byte of the directory's lock file.
+// Two containers whose IDs hash alike wait for each other, which is all
+// it costs them.
 func (s Store) Lock(containerID string) (*ContainerLock, error) {
-	recorded, err := s.path(containerID)
-	if err != nil {
+	if _, err := s.path(containerID); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("attachment records: %w", err)
 	}
-	path := strings.TrimSuffix(recorded, ".json") + ".lock"
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("locking the record of %s: %w", containerID, err)
-		}
-		if err := flock(f); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("locking the record of %s: %w", containerID, err)
-		}
-		// The holder before may have removed the file while this one
-		// waited on it: a lock on a removed file locks nothing the next
-		// caller sees.
-		held, err := f.Stat()
-		if err == nil {
-			var now fs.FileInfo
-			if now, err = os.Stat(path); err == nil && os.SameFile(held, now) {
-				return &ContainerLock{file: f, path: path, recorded: recorded}, nil
-			}
-		}
-		_ = f.Close()
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("locking the record of %s: %w", containerID, err)
-		}
+	f, err := os.OpenFile(filepath.Join(s.Dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking the record of %s: %w", containerID, err)
 	}
-}
-
-// flock takes f's exclusive lock, waiting for it.
-func flock(f *os.File) error {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, containerID)
+	lock := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(h.Sum64() >> 2), Len: 1}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lock)
 		if !errors.Is(err, unix.EINTR) {
-			return err
+			break
 		}
-	}
-}
-
-// Unlock releases the lock, and removes its file if the container has no
-// record left: one file per container that ever ran would pile up.
-func (l *ContainerLock) Unlock() error {
-	var err error
-	if _, statErr := os.Stat(l.recorded); errors.Is(statErr, fs.ErrNotExist) {
-		if err = os.Remove(l.path); errors.Is(err, fs.ErrNotExist) {
-			err = nil
-		}
-	}
-	if closeErr := l.file.Close(); closeErr != nil {
-		err = errors.Join(err, closeErr)
 	}
 	if err != nil {
-		return fmt.Errorf("unlocking %s: %w", l.path, err)
+		_ = f.Close()
+		return nil, fmt.Errorf("locking the record of %s: %w", containerID, err)
+	}
+	return &ContainerLock{file: f}, nil
+}
+
+// Unlock releases the lock.
+func (l *ContainerLock) Unlock() error {
+	if err := l.file.Close(); err != nil {
+		return fmt.Errorf("unlocking a container's record: %w", err)
 	}
 	return nil
 }

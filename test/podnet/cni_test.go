@@ -575,8 +575,8 @@ func TestCNIPluginTakesTheContainersLock(t *testing.T) {
 		t.Fatal("DEL did not end once the container's lock was free")
 	}
 	n.requireDetached(t, s)
-	if entries, err := os.ReadDir(n.dataDir); err != nil || len(entries) != 0 {
-		t.Errorf("left in the records' directory after DEL: %v %v", entries, err)
+	if records, err := store.List(); err != nil || len(records) != 0 {
+		t.Errorf("records left after DEL: %+v %v", records, err)
 	}
 }
 
