@@ -32,7 +32,9 @@ const lockFile = "containers.lock"
 // Unlock or with the process. It is an open file description lock
 // (F_OFD_SETLKW) on the container's byte of the directory's lock file.
 // Two containers whose IDs hash alike wait for each other, which is all
-// it costs them.
+// it costs them. The wait takes no context: every holder's work is
+// bounded (an ADD by its caller and timeout, hot-plug by its bridge wait,
+// DEL and GC by the kernel's answers).
 func (s Store) Lock(containerID string) (*ContainerLock, error) {
 	if _, err := s.path(containerID); err != nil {
 		return nil, err

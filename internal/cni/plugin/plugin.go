@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
@@ -212,6 +213,13 @@ func (c *Config) covers(r cni.RecordedInterface, ifname string) bool {
 
 func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 	log := logr.FromContextOrDiscard(ctx)
+	// No records' directory, no record, and DEL succeeds as before: it
+	// makes no directory (the node side's ADD does), also after netop was
+	// removed from the node.
+	if _, err := os.Stat(conf.DataDir); errors.Is(err, fs.ErrNotExist) {
+		log.V(vInfo).Info("Nothing recorded for the container: nothing to detach")
+		return nil
+	}
 	// The node side may be undoing an ADD of the container whose plugin
 	// the runtime killed: its record is read once that is done.
 	record, ok, lock, err := conf.Store().LoadLocked(args.ContainerID)
@@ -331,6 +339,17 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	veths, err := attacher.HostVeths()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
+	}
+	// An ADD or a hot-plug records before it makes a host end: read after
+	// the host ends, the records know every one made since the listing.
+	records, err = conf.Store().List()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, r := range records {
+		for _, i := range r.Interfaces {
+			known[i.HostVeth] = true
+		}
 	}
 	for _, v := range veths {
 		if !known[v] {

@@ -3,6 +3,8 @@ package plugin
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +148,19 @@ func TestDelFailureLogged(t *testing.T) {
 	failureLine(t, "stderr", stderr, "c-del", err)
 	if got := lines(string(log)); len(got) != 2 || got[0] != "earlier" {
 		t.Errorf("at level error, want the earlier line and the failure, got:\n%s", log)
+	}
+}
+
+// DEL on a node with no records' directory (netop never attached there,
+// or was removed) succeeds and makes nothing: not the directory, not a
+// lock.
+func TestDelWithoutRecords(t *testing.T) {
+	records := filepath.Join(t.TempDir(), "records")
+	if _, err := invoke(t, "DEL", cmdDel, podCall(netconf(t, records, nil), "c-none")); err != nil {
+		t.Fatalf("DEL with no records' directory: %v", err)
+	}
+	if _, err := os.Stat(records); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("DEL made the records' directory: %v", err)
 	}
 }
 

@@ -107,6 +107,9 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	if err != nil {
 		return nil, err
 	}
+	if err := callerGone(ctx); err != nil {
+		return nil, err
+	}
 	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, namespace+"/"+name
 	// A delegate adds one interface per call.
 	record = record.With(allocated.Interfaces(conf.Name, args.ContainerID, allocations...)...)

@@ -159,8 +159,12 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return err
 	}
 	// The runtime's DEL of the sandbox (the pod deleted meanwhile) waits
-	// for the change, and finds it in the record; the report to the API
-	// server, which may be down, comes after: a DEL works without it.
+	// for a change under way, and finds it in the record. One that ran
+	// between the runtime's answer above and the lock leaves this change
+	// a sandbox being torn down: what it attaches goes with the sandbox's
+	// namespace, and its record with the sweep of the deleted pod. The
+	// report to the API server, which may be down, comes after the lock:
+	// a DEL works without it.
 	rec, _, lock, err := c.opts.Store.LoadLocked(sandbox.ID)
 	if lock == nil {
 		return err
@@ -362,7 +366,9 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		klog.FromContext(ctx).V(1).Info("Removed what a deleted pod's sandbox still recorded", "pod", name, "containerID", r.ContainerID, "interfaces", gone)
+		if len(gone) > 0 {
+			klog.FromContext(ctx).V(1).Info("Removed what a deleted pod's sandbox still recorded", "pod", name, "containerID", r.ContainerID, "interfaces", gone)
+		}
 	}
 	return errors.Join(errs...)
 }
