@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,11 +42,18 @@ type sandboxes struct {
 	mu    sync.Mutex
 	byUID map[string]cri.Sandbox
 	err   error
+	// asked, if set, is told of each pod whose sandbox is asked for, and
+	// readyAsked of each sandbox asked whether it is still ready.
+	asked      func(uid string)
+	readyAsked func(id string)
 }
 
 func (s *sandboxes) PodSandbox(_ context.Context, uid string) (cri.Sandbox, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.asked != nil {
+		s.asked(uid)
+	}
 	if s.err != nil {
 		return cri.Sandbox{}, s.err
 	}
@@ -59,6 +67,9 @@ func (s *sandboxes) PodSandbox(_ context.Context, uid string) (cri.Sandbox, erro
 func (s *sandboxes) SandboxReady(_ context.Context, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.readyAsked != nil {
+		s.readyAsked(id)
+	}
 	if s.err != nil {
 		return false, s.err
 	}
@@ -271,6 +282,60 @@ func TestHotPlugFailures(t *testing.T) {
 		if _, err := n.node.LinkByName(ifname.Bridge(late.UID)); err == nil {
 			t.Error("Network late's bridge is still there")
 		}
+	})
+
+	t.Run("the sandbox stopped while hot-plug waited for its lock", func(t *testing.T) {
+		// The runtime stops a sandbox, then sends its DEL. A change that
+		// found the sandbox ready and then waited for its lock (here the
+		// test's, in a DEL's place) attaches nothing into it.
+		p3 := n.runningSandbox(t, runtime, "p3", "example-network")
+		uid := string(p3.pod.UID)
+		asked := make(chan struct{})
+		var once sync.Once
+		runtime.mu.Lock()
+		runtime.asked = func(u string) {
+			if u == uid {
+				once.Do(func() { close(asked) })
+			}
+		}
+		runtime.mu.Unlock()
+		lock, err := cni.Store{Dir: n.dataDir}.Lock(p3.containerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.setNetworks(t, p3, "example-network,v6")
+		select {
+		case <-asked:
+		case <-time.After(30 * time.Second):
+			t.Fatal("hot-plug did not ask for p3's sandbox")
+		}
+		// Stopped; hot-plug, given the lock, either asks again and is told
+		// so, or attaches.
+		var readyAsked atomic.Bool
+		runtime.mu.Lock()
+		runtime.asked = nil
+		runtime.readyAsked = func(id string) { readyAsked.Store(readyAsked.Load() || id == p3.containerID) }
+		delete(runtime.byUID, uid)
+		runtime.mu.Unlock()
+		if err := lock.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			_, err := p3.handle.LinkByName("net2")
+			return readyAsked.Load() || err == nil, "hot-plug neither asked whether p3's sandbox is ready nor attached net2"
+		})
+		runtime.mu.Lock()
+		runtime.readyAsked = nil
+		runtime.mu.Unlock()
+		n.requireNoInterface(t, p3, "net2")
+
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p3.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.runtime.DelNetworkList(t.Context(), n.conf(t, "1.0.0", ""), p3.rt("eth0")); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		n.requireDetached(t, p3)
 	})
 
 	t.Run("removed, then the pods deleted", func(t *testing.T) {

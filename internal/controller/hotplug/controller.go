@@ -159,19 +159,23 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return err
 	}
 	// The runtime's DEL of the sandbox (the pod deleted meanwhile) waits
-	// for a change under way, and finds it in the record. One that ran
-	// between the runtime's answer above and the lock leaves this change
-	// a sandbox being torn down: what it attaches goes with the sandbox's
-	// namespace, and its record with the sweep of the deleted pod. The
-	// report to the API server, which may be down, comes after the lock:
-	// a DEL works without it.
+	// for a change under way, and finds it in the record. The report to
+	// the API server, which may be down, comes after the lock: a DEL
+	// works without it.
 	rec, _, lock, err := c.opts.Store.LoadLocked(sandbox.ID)
 	if lock == nil {
 		return err
 	}
 	var failed []error
 	if err == nil {
-		rec, failed, err = c.change(klog.NewContext(ctx, logger), pod, sandbox, allocations, rec)
+		// A DEL that ran between the runtime's answer above and the lock
+		// would leave this change a sandbox being torn down: asked again,
+		// the runtime says it is not ready (it stops a sandbox before its
+		// DEL), and nothing is attached.
+		var ready bool
+		if ready, err = c.sandboxReady(ctx, sandbox.ID); err == nil && ready {
+			rec, failed, err = c.change(klog.NewContext(ctx, logger), pod, sandbox, allocations, rec)
+		}
 	}
 	if unlockErr := lock.Unlock(); unlockErr != nil {
 		logger.Error(unlockErr, "Unlocking the sandbox's record")
@@ -250,6 +254,18 @@ func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sa
 	}
 	return rec, failed, nil
 }
+
+// sandboxReady asks the runtime whether the sandbox is still ready, within
+// runtimeWait: the sandbox's lock is held meanwhile, and its DEL waits.
+func (c *Controller) sandboxReady(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, runtimeWait)
+	defer cancel()
+	return c.opts.Runtime.SandboxReady(ctx, id)
+}
+
+// runtimeWait bounds a question to the runtime asked under a sandbox's
+// lock.
+const runtimeWait = 5 * time.Second
 
 // bridgeWait bounds how long an attachment waits for its Network's bridge
 // on this node, which the agent builds once it sees the allocation; a
