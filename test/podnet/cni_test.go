@@ -518,62 +518,50 @@ func TestCNIPluginTakesTheContainersLock(t *testing.T) {
 	list := n.conf(t, "1.1.0", "")
 	s := n.newSandbox(t, "locked", "example-network", true)
 	store := cni.Store{Dir: n.dataDir}
-	// Given a quarter of a second, either would have run many times over.
-	const held = 250 * time.Millisecond
-
-	lock, err := store.Lock(s.containerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	added := make(chan error, 1)
-	go func() {
-		_, err := n.runtime.AddNetworkList(ctx, list, s.rt("eth0"))
-		added <- err
-	}()
-	select {
-	case err := <-added:
-		t.Fatalf("ADD ended while the container's lock was held: %v", err)
-	case <-time.After(held):
-	}
-	if _, err := s.handle.LinkByName("net1"); err == nil {
-		t.Fatal("ADD attached while the container's lock was held")
-	}
-	if err := lock.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-added:
+	// held starts command while the test holds the container's lock (start
+	// returns what waits for its end): it waits, it ends once the lock is
+	// free, and check sees how things stand in between.
+	held := func(command string, start func() (wait func() error), check func()) {
+		t.Helper()
+		lock, err := store.Lock(s.containerID)
 		if err != nil {
-			t.Fatalf("ADD: %v", err)
+			t.Fatal(err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("ADD did not end once the container's lock was free")
+		wait := start()
+		done := make(chan error, 1)
+		go func() { done <- wait() }()
+		// Given a quarter of a second, it would have run many times over.
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended while the container's lock was held: %v", command, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		check()
+		if err := lock.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", command, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not end once the container's lock was free", command)
+		}
 	}
-	n.requireAttached(t, s)
 
-	if lock, err = store.Lock(s.containerID); err != nil {
-		t.Fatal(err)
-	}
-	del := n.startPlugin(t, "DEL", s, "eth0")
-	deleted := make(chan error, 1)
-	go func() { deleted <- del.Wait() }()
-	select {
-	case err := <-deleted:
-		t.Fatalf("DEL ended while the container's lock was held: %v", err)
-	case <-time.After(held):
-	}
-	n.requireAttached(t, s)
-	if err := lock.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-deleted:
-		if err != nil {
-			t.Fatalf("DEL: %v", err)
+	held("ADD", func() func() error {
+		return func() error {
+			_, err := n.runtime.AddNetworkList(ctx, list, s.rt("eth0"))
+			return err
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("DEL did not end once the container's lock was free")
-	}
+	}, func() {
+		if _, err := s.handle.LinkByName("net1"); err == nil {
+			t.Fatal("ADD attached while the container's lock was held")
+		}
+	})
+	n.requireAttached(t, s)
+	held("DEL", func() func() error { return n.startPlugin(t, "DEL", s, "eth0").Wait }, func() { n.requireAttached(t, s) })
 	n.requireDetached(t, s)
 	if records, err := store.List(); err != nil || len(records) != 0 {
 		t.Errorf("records left after DEL: %+v %v", records, err)
