@@ -167,12 +167,13 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return err
 	}
 	var failed []error
+	ready := false
 	if err == nil {
 		// A DEL that ran between the runtime's answer above and the lock
 		// would leave this change a sandbox being torn down: asked again,
 		// the runtime says it is not ready (it stops a sandbox before its
-		// DEL), and nothing is attached.
-		var ready bool
+		// DEL), and nothing is attached, nor reported, as when it had no
+		// ready sandbox above.
 		if ready, err = c.sandboxReady(ctx, sandbox.ID); err == nil && ready {
 			rec, failed, err = c.change(klog.NewContext(ctx, logger), pod, sandbox, allocations, rec)
 		}
@@ -180,7 +181,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if unlockErr := lock.Unlock(); unlockErr != nil {
 		logger.Error(unlockErr, "Unlocking the sandbox's record")
 	}
-	if err != nil {
+	if err != nil || !ready {
 		return err
 	}
 	return errors.Join(append(failed, c.report(ctx, pod, allocations, rec))...)
