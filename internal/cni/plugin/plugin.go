@@ -299,7 +299,6 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 		return err
 	}
 	defer attacher.Close()
-	known := map[string]bool{}
 	var errs []error
 	for _, listed := range records {
 		// As it is now: a DEL may have taken it since the listing.
@@ -309,20 +308,15 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 				err = errors.Join(err, lock.Unlock())
 			}
 			errs = append(errs, err)
-			for _, i := range listed.Interfaces {
-				known[i.HostVeth] = true
-			}
 			continue
 		}
 		var gone []string
 		for _, i := range r.Interfaces {
 			if i.Config != conf.Name || valid[r.ContainerID] {
-				known[i.HostVeth] = true
 				continue
 			}
 			if err := attacher.Del(r.ContainerID, i.Interface); err != nil {
 				errs = append(errs, fmt.Errorf("detaching %s of %s: %w", i.Interface, r.ContainerID, err))
-				known[i.HostVeth] = true
 				continue
 			}
 			log.V(vInfo).Info("Detached a container the runtime no longer has", "containerID", r.ContainerID,
@@ -340,12 +334,15 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	// An ADD or a hot-plug records before it makes a host end: read after
-	// the host ends, the records know every one made since the listing.
+	// The host ends the records know are those kept above (another
+	// configuration's, a valid container's, one that failed to go) and
+	// those made since the listing: an ADD or a hot-plug records before it
+	// makes one, so the records read after the host ends know them all.
 	records, err = conf.Store().List()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	known := map[string]bool{}
 	for _, r := range records {
 		for _, i := range r.Interfaces {
 			known[i.HostVeth] = true
