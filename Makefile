@@ -3,15 +3,20 @@
 
 GO ?= go
 LDFLAGS := -s -w -X github.com/netop-dev/netop/internal/version.Version=$(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# Build tags of every binary (internal/testing/gobuild's Tags, which the
+# tests and benches build with): grpcnotrace keeps gRPC from linking
+# golang.org/x/net/trace, whose html/template turns the linker's dead code
+# elimination of methods off (bin/netop 42 MB instead of 71 MB).
+GOTAGS := grpcnotrace
 
 .PHONY: all build image test test-faults bench verify codegen vet lint fmt-check verify-codegen verify-consumer clean
 
 all: build
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop ./cmd/netop
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-standalone ./cmd/netop-standalone
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-cni ./cmd/netop-cni
+	$(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/netop ./cmd/netop
+	$(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/netop-standalone ./cmd/netop-standalone
+	CGO_ENABLED=0 $(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/netop-cni ./cmd/netop-cni
 
 # netop's container image, built here without a registry or a container
 # engine (see hack/image), as an image tarball that containerd imports and
@@ -20,8 +25,8 @@ build:
 IMAGE ?= netop.local/netop:$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE_OUT ?= bin/netop-image.tar
 image:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-static ./cmd/netop
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/netop-cni-static ./cmd/netop-cni
+	CGO_ENABLED=0 $(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/netop-static ./cmd/netop
+	CGO_ENABLED=0 $(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/netop-cni-static ./cmd/netop-cni
 	$(GO) run ./hack/image --binary bin/netop-static --plugin bin/netop-cni-static --tag $(IMAGE) --out $(IMAGE_OUT)
 
 # Tests run against a real control plane, real kernel bridges (as root) and a
