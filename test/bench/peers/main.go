@@ -6,14 +6,15 @@
 // drives them; each "pod" is a real pod object bound to a Node without a
 // kubelet, and a throwaway network namespace.
 //
-// Scenarios, each with both IPAMs: exact (N pods at once, at most C in
-// flight, exactly N free addresses), wide (the same in a /16), recreate
-// (every pod of exact deleted, then N new ones). For each: the time until
-// all N are attached, ADD p50/p99, failures, duplicate addresses, the API
-// server's requests per pod by verb and resource (its own request
-// metrics), and CPU: the plugin processes', netop's operator's, and the
-// bench process's, split by a CPU profile of it into the embedded control
-// plane's and the driver's (--profile-dir keeps the profiles).
+// Scenarios, each with both IPAMs, netop's first: exact (N pods at once,
+// at most C in flight, exactly N free addresses), recreate (every pod of
+// exact deleted, then N new ones), wide (the same in a /16). For each: the
+// time until all N are attached, ADD p50/p99, failures, duplicate
+// addresses, the API server's requests per pod by verb and resource (its
+// own request metrics), and CPU: the plugin processes', netop's
+// operator's, and the bench process's, split by a CPU profile of it into
+// the embedded control plane's and the driver's (--profile-dir keeps the
+// profiles).
 //
 // The whole run is in a network namespace of its own, which goes with it.
 // Then (--node-pods) pods at once through the kubelet on netop-standalone's
@@ -360,9 +361,15 @@ func run(c config, dir, whereaboutsDir string) error {
 		}
 		settle(ctx)
 	}
+	// Each IPAM runs all its scenarios before the next IPAM's. With the
+	// scenarios interleaved, netop's /16 came after whereabouts' two rounds
+	// and was its slowest in both full runs of 2026-11-27 (ADD p99 0.8 and
+	// 1.6 s, attaching three times as long), which no netop-only run
+	// showed: the round after whereabouts' paid for what they left (a
+	// control plane that served 17 requests per pod; BENCHMARKS.md).
 	var outcomes []outcome
-	for _, s := range scenarios {
-		for _, i := range ipams {
+	for _, i := range ipams {
+		for _, s := range scenarios {
 			conf, err := i.conf(s)
 			if err != nil {
 				return err
