@@ -106,6 +106,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: run as root: the controller makes real Linux bridges in a throwaway network namespace")
 		os.Exit(2)
 	}
+	if c.profileDir != "" {
+		// Made now: the profiles are written after the largest N's run.
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: --profile-dir:", err)
+			os.Exit(2)
+		}
+	}
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -86,6 +86,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "peers: --pods from 1 to 60000, --concurrency at least 1")
 		os.Exit(2)
 	}
+	if c.profileDir != "" {
+		// Made now: the first profile is written after the first round.
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "peers: --profile-dir:", err)
+			os.Exit(2)
+		}
+	}
 	var err error
 	if dir := os.Getenv(inNetnsEnv); dir == "" {
 		err = inOwnNetns(c)
