@@ -372,8 +372,8 @@ func run(c config, dir, whereaboutsDir string) error {
 	// scenarios interleaved, netop's /16 came after whereabouts' two rounds
 	// and was its slowest in both full runs of 2026-11-27 (ADD p99 0.8 and
 	// 1.6 s, attaching three times as long), which no netop-only run
-	// showed: the round after whereabouts' paid for what they left (a
-	// control plane that served 17 requests per pod; BENCHMARKS.md).
+	// showed: the round after whereabouts' paid for something they left,
+	// not pinned down (BENCHMARKS.md, 2026-11-27, session 30).
 	var outcomes []outcome
 	for _, i := range ipams {
 		for _, s := range scenarios {
