@@ -24,7 +24,7 @@ import (
 // who may create and update pods in their namespace is refused, by the API
 // server itself (netop's ValidatingAdmissionPolicy), a pod that carries
 // allocations or a refusal of its own making, and an update that adds or
-// changes them, through the pod or its status; their ordinary pods are
+// changes them, through the pod, its status or its binding; their ordinary pods are
 // admitted, and netop's controller may write them.
 func TestOnlyNetopWritesAllocations(t *testing.T) {
 	env := testenv.Get(t)
@@ -78,16 +78,7 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 	refused("adding allocations to a pod", err, netselect.AllocationsAnnotation)
 
 	// Nor through the pod's status, for whoever may write it (kubelets).
-	if _, err := env.Kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-status"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grant(t, env, ns, "pod-status", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}}, "mallory")
 	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 		_, err := mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err != nil && !apierrors.IsForbidden(err) || err != nil && strings.Contains(err.Error(), "only netop writes"), fmt.Sprintf("adding allocations through the pod's status: %v", err)
@@ -95,9 +86,47 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 	_, err = mallory.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	refused("adding allocations through the pod's status", err, netselect.AllocationsAnnotation)
 
+	// Nor through its binding, for whoever may bind pods (a second
+	// scheduler): the API server copies a Binding's annotations onto the
+	// pod. The pod names a scheduler that does not run, so that only the
+	// test binds it.
+	grant(t, env, ns, "pod-binding", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}}, "mallory")
+	unbound := pod("unbound", nil)
+	unbound.Spec.SchedulerName = "nobody"
+	if _, err := mallory.CoreV1().Pods(ns).Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: unbound.Name, Annotations: map[string]string{netselect.AllocationsAnnotation: forged}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "any-node"}}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		err := mallory.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "only netop writes"), fmt.Sprintf("binding a pod with allocations: %v", err)
+	})
+	err = mallory.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	refused("binding a pod with allocations", err, netselect.AllocationsAnnotation)
+	if got, err := env.Kube.CoreV1().Pods(ns).Get(ctx, unbound.Name, metav1.GetOptions{}); err != nil || got.Annotations[netselect.AllocationsAnnotation] != "" {
+		t.Errorf("the pod after the refused binding: %v, annotations %v; want none", err, got.GetAnnotations())
+	}
+
 	// netop's controller writes them, as it does: a merge patch.
 	controller := as("system:serviceaccount:"+operatorNamespace+":netop", serviceAccountGroups...)
 	if _, err := controller.CoreV1().Pods(ns).Patch(ctx, own.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("netop's controller writing allocations: %v", err)
+	}
+}
+
+// grant gives user the rule in namespace ns, through a Role and a
+// RoleBinding named name.
+func grant(t *testing.T, env *testenv.Env, ns, name string, rule rbacv1.PolicyRule, user string) {
+	t.Helper()
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(t.Context(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{rule}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Kube.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
