@@ -338,6 +338,31 @@ func TestHotPlugFailures(t *testing.T) {
 		n.requireDetached(t, p3)
 	})
 
+	t.Run("an interface found broken is made again", func(t *testing.T) {
+		// Someone in p2 sets net2 down. The next change of p2's Networks
+		// finds it recorded but not as attached: it is made again, and
+		// stays recorded and listed, never an interface no record knows.
+		link, err := p2.handle.LinkByName("net2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p2.handle.LinkSetDown(link); err != nil {
+			t.Fatal(err)
+		}
+		createNetwork(t, n.env, n.ns, "third", "10.96.0.0/24")
+		n.networks["third"] = n.env.WaitReady(t, n.ns, "third", metav1.ConditionTrue, samplecrd.ReasonProvisioned, time.Minute)
+		n.setNetworks(t, p2, "example-network,v6,third")
+		n.waitStatus(t, p2, "net1", "net2", "net3")
+		n.requireAttached(t, p2)
+
+		n.setNetworks(t, p2, "example-network,v6")
+		n.waitStatus(t, p2, "net1", "net2")
+		n.requireNoInterface(t, p2, "net3")
+		if err := n.env.Netop.SamplecrdV1().Networks(n.ns).Delete(t.Context(), "third", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("removed, then the pods deleted", func(t *testing.T) {
 		n.setNetworks(t, p1, "example-network")
 		n.waitStatus(t, p1, "net1")

@@ -227,9 +227,22 @@ func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sa
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "Attaching %s to Network %s: %v", a.Interface, a.Network, err)
 			continue
 		}
-		recorded := slices.ContainsFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) })
-		if recorded && c.opts.Attacher.Check(at) == nil {
-			continue
+		if slices.ContainsFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) }) {
+			if c.opts.Attacher.Check(at) == nil {
+				continue
+			}
+			// Recorded, but not as attached (down, off its bridge, an
+			// address gone): made again from nothing. Add would find the
+			// pod's interface there and fail, and the record dropped
+			// then would leave an interface no record knows, whose
+			// addresses the node would acknowledge free while the pod
+			// still has them.
+			if err := c.opts.Attacher.Del(sandbox.ID, a.Interface); err != nil {
+				err = fmt.Errorf("repairing %s on Network %s: %w", a.Interface, a.Network, err)
+				c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "%v", err)
+				failed = append(failed, err)
+				continue
+			}
 		}
 		// Recorded before anything is made, as the CNI plugin does: a
 		// crash after this leaves a record that a DEL, and this
