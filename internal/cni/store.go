@@ -91,6 +91,11 @@ func (s Store) Save(r Record) error {
 	return nil
 }
 
+// ErrUnreadable marks a record that is not what netop writes (another
+// version's, or edited by hand): what its container holds is not known
+// from it.
+var ErrUnreadable = errors.New("not a record netop wrote")
+
 // Load reads a container's record; ok is false when there is none.
 func (s Store) Load(containerID string) (r Record, ok bool, err error) {
 	path, err := s.path(containerID)
@@ -105,7 +110,7 @@ func (s Store) Load(containerID string) (r Record, ok bool, err error) {
 		return r, false, err
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
-		return r, false, fmt.Errorf("record of %s: %w", containerID, err)
+		return Record{}, false, fmt.Errorf("record of %s: %w: %w", containerID, ErrUnreadable, err)
 	}
 	return r, true, nil
 }
@@ -122,30 +127,34 @@ func (s Store) Remove(containerID string) error {
 	return nil
 }
 
-// List reads every record.
-func (s Store) List() ([]Record, error) {
+// List reads every record. unreadable are the containers whose record is
+// not one (ErrUnreadable): they hold what no record says, and must not be
+// taken for holding nothing. A file not named as Save names records is not
+// one, and is passed over.
+func (s Store) List() (records []Record, unreadable []string, err error) {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []Record
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || e.IsDir() {
+		if !ok || e.IsDir() || !validContainerID(id) {
 			continue
 		}
 		r, found, err := s.Load(id)
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			out = append(out, r)
+		switch {
+		case errors.Is(err, ErrUnreadable):
+			unreadable = append(unreadable, id)
+		case err != nil:
+			return nil, nil, err
+		case found:
+			records = append(records, r)
 		}
 	}
-	return out, nil
+	return records, unreadable, nil
 }
 
 // Prefixes parses addresses as allocations and records write them, with

@@ -1,8 +1,10 @@
 package cni
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,8 +13,8 @@ import (
 
 func TestStore(t *testing.T) {
 	s := Store{Dir: filepath.Join(t.TempDir(), "records")}
-	if rs, err := s.List(); err != nil || len(rs) != 0 {
-		t.Fatalf("empty store: %v %v", rs, err)
+	if rs, bad, err := s.List(); err != nil || len(rs) != 0 || len(bad) != 0 {
+		t.Fatalf("empty store: %v %v %v", rs, bad, err)
 	}
 	r := Record{ContainerID: "abc123", Netns: "/var/run/netns/x", Pod: "default/p",
 		Interfaces: []RecordedInterface{{Interface: "net1", Network: "default/n", Bridge: "br", HostVeth: ifname.HostVeth("abc123", "net1"), IPs: []string{"192.168.0.2/16"}}}}
@@ -27,8 +29,8 @@ func TestStore(t *testing.T) {
 	if err != nil || !ok || got.Interfaces[0].IPs[0] != "192.168.0.3/16" {
 		t.Fatalf("load: %+v %v %v", got, ok, err)
 	}
-	if rs, err := s.List(); err != nil || len(rs) != 1 {
-		t.Fatalf("list: %v %v", rs, err)
+	if rs, bad, err := s.List(); err != nil || len(rs) != 1 || len(bad) != 0 {
+		t.Fatalf("list: %v %v %v", rs, bad, err)
 	}
 	entries, _ := os.ReadDir(s.Dir)
 	if len(entries) != 1 {
@@ -51,6 +53,29 @@ func TestStore(t *testing.T) {
 		if err := s.Save(Record{ContainerID: good}); err != nil {
 			t.Errorf("container ID %q refused: %v", good, err)
 		}
+	}
+}
+
+// A record that is not one (another version's, edited by hand) is listed
+// apart, so that no caller takes its container for holding nothing, and
+// does not stop the listing of the others; a file not named as records are
+// is passed over.
+func TestListUnreadable(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	if err := s.Save(Record{ContainerID: "good", Interfaces: []RecordedInterface{{Interface: "net1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"bad.json": "{not json", "foo bar.json": "{}", ".json": "{}", "notes.txt": "x"} {
+		if err := os.WriteFile(filepath.Join(s.Dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records, unreadable, err := s.List()
+	if err != nil || len(records) != 1 || records[0].ContainerID != "good" || !slices.Equal(unreadable, []string{"bad"}) {
+		t.Fatalf("List: records %+v, unreadable %v, %v; want good, and bad unreadable", records, unreadable, err)
+	}
+	if _, ok, err := s.Load("bad"); ok || !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), "record of bad") {
+		t.Errorf("Load of an unreadable record: %v %v, want ErrUnreadable naming it", ok, err)
 	}
 }
 

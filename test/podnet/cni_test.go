@@ -469,7 +469,7 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "netop has not allocated its addresses yet") {
 		t.Errorf("ADD of a pod whose Network does not exist: %v", err)
 	}
-	if records, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
+	if records, _, _ := (cni.Store{Dir: n.dataDir}).List(); len(records) != 0 {
 		t.Errorf("records left: %+v", records)
 	}
 
@@ -563,7 +563,7 @@ func TestCNIPluginTakesTheContainersLock(t *testing.T) {
 	n.requireAttached(t, s)
 	held("DEL", func() func() error { return n.startPlugin(t, "DEL", s, "eth0").Wait }, func() { n.requireAttached(t, s) })
 	n.requireDetached(t, s)
-	if records, err := store.List(); err != nil || len(records) != 0 {
+	if records, _, err := store.List(); err != nil || len(records) != 0 {
 		t.Errorf("records left after DEL: %+v %v", records, err)
 	}
 }

@@ -340,7 +340,7 @@ func TestHotPlugSIGKILL(t *testing.T) {
 	sa.kill(t)
 	// Where the kill struck: the allocation written or not, net2 recorded
 	// or not (made or not).
-	records, _ := cni.Store{Dir: node.CNIDataDir(dataDir)}.List()
+	records, _, _ := cni.Store{Dir: node.CNIDataDir(dataDir)}.List()
 	recorded := slices.ContainsFunc(records, func(r cni.Record) bool {
 		return slices.ContainsFunc(r.Interfaces, func(i cni.RecordedInterface) bool { return i.Interface == "net2" })
 	})

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -226,6 +227,9 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 	if lock != nil {
 		defer func() { err = errors.Join(err, lock.Unlock()) }()
 	}
+	if errors.Is(err, cni.ErrUnreadable) {
+		return delUnreadable(ctx, conf, args, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -253,6 +257,32 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 	// runtime call DEL again, which finds the interfaces gone (not an
 	// error) and retries the record.
 	return conf.Store().Forget(record, gone)
+}
+
+// delUnreadable detaches a container whose record is not one (another
+// version's, edited by hand) with what DEL knows without it: a delegate's
+// own interface, whose host end is named after the container and the
+// interface; a chained configuration's interfaces go with the sandbox's
+// namespace. The record goes too: failing would have the runtime retry,
+// forever, a sandbox it could then never remove, and GC deletes the host
+// ends that no record knows once none is unreadable.
+func delUnreadable(ctx context.Context, conf *Config, args *skel.CmdArgs, cause error) error {
+	log := logr.FromContextOrDiscard(ctx)
+	log.Error(cause, "Detaching without the container's record, and removing it")
+	if conf.Network != "" {
+		attacher, err := conf.Attacher()
+		if err != nil {
+			return err
+		}
+		defer attacher.Close()
+		if err := attacher.Del(args.ContainerID, args.IfName); err != nil {
+			return fmt.Errorf("detaching %s without its record: %w", args.IfName, err)
+		}
+	}
+	if err := conf.Store().Remove(args.ContainerID); err != nil {
+		return fmt.Errorf("removing the unreadable record of %s: %w", args.ContainerID, err)
+	}
+	return nil
 }
 
 func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
@@ -290,7 +320,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	for _, v := range conf.ValidAttachments {
 		valid[v.ContainerID] = true
 	}
-	records, err := conf.Store().List()
+	records, unreadable, err := conf.Store().List()
 	if err != nil {
 		return err
 	}
@@ -330,6 +360,15 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 			errs = append(errs, err)
 		}
 	}
+	// A container whose record is not one holds host ends that no record
+	// says: none is deleted for being unknown while one is there (its
+	// container's DEL removes it).
+	keptFor := func(unreadable []string) error {
+		return fmt.Errorf("records of %s: %w: the host ends no record knows are kept until their containers' DEL", strings.Join(unreadable, ", "), cni.ErrUnreadable)
+	}
+	if len(unreadable) > 0 {
+		return errors.Join(append(errs, keptFor(unreadable))...)
+	}
 	veths, err := attacher.HostVeths()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
@@ -338,9 +377,12 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	// configuration's, a valid container's, one that failed to go) and
 	// those made since the listing: an ADD or a hot-plug records before it
 	// makes one, so the records read after the host ends know them all.
-	records, err = conf.Store().List()
+	records, unreadable, err = conf.Store().List()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
+	}
+	if len(unreadable) > 0 {
+		return errors.Join(append(errs, keptFor(unreadable))...)
 	}
 	known := map[string]bool{}
 	for _, r := range records {

@@ -13,6 +13,12 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/vishvananda/netlink"
+
+	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
 // netconf is a configuration as the runtime passes it on stdin.
@@ -120,15 +126,12 @@ func TestAddFailureLogged(t *testing.T) {
 	}
 }
 
-// A failed DEL (an unreadable record) is returned and logged; at level
-// error only the failure is written; the file is appended to.
+// A failed DEL (the records' directory is a file) is returned and logged;
+// at level error only the failure is written; the file is appended to.
 func TestDelFailureLogged(t *testing.T) {
 	dir := t.TempDir()
 	records := filepath.Join(dir, "records")
-	if err := os.MkdirAll(records, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(records, "c-del.json"), []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(records, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logFile := filepath.Join(dir, "netop-cni.log")
@@ -137,8 +140,8 @@ func TestDelFailureLogged(t *testing.T) {
 	}
 	args := podCall(netconf(t, records, map[string]any{"logFile": logFile, "logLevel": "error"}), "c-del")
 	stderr, err := invoke(t, "DEL", cmdDel, args)
-	if err == nil || !strings.Contains(err.Error(), "record of c-del") {
-		t.Fatalf("DEL with a corrupt record: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "attachment records") {
+		t.Fatalf("DEL with no records' directory to write: %v", err)
 	}
 	log, rerr := os.ReadFile(logFile)
 	if rerr != nil {
@@ -148,6 +151,116 @@ func TestDelFailureLogged(t *testing.T) {
 	failureLine(t, "stderr", stderr, "c-del", err)
 	if got := lines(string(log)); len(got) != 2 || got[0] != "earlier" {
 		t.Errorf("at level error, want the earlier line and the failure, got:\n%s", log)
+	}
+}
+
+// DEL of a container whose record is not one (another version's, edited
+// by hand) succeeds, or the runtime would retry forever a sandbox it could
+// never remove: as a delegate it deletes its interface's host end, named
+// after the container and the interface; chained, the interfaces go with
+// the sandbox's namespace. The record goes, and the log file says why, at
+// error severity.
+func TestDelUnreadableRecord(t *testing.T) {
+	nettest.RequireRoot(t)
+	nodeNetns := nettest.NetnsName("cnidel")
+	if err := linux.EnsureNetns(nodeNetns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(nodeNetns) })
+	node := nettest.Handle(t, nodeNetns)
+	for _, network := range []string{"", "ns1/net"} {
+		records := t.TempDir()
+		if err := os.WriteFile(filepath.Join(records, "c-bad.json"), []byte("{not json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hostEnd := ifname.HostVeth("c-bad", "net1")
+		pair := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostEnd}, PeerName: "pod-end"}
+		if err := node.LinkAdd(pair); err != nil {
+			t.Fatal(err)
+		}
+		logFile := filepath.Join(t.TempDir(), "netop-cni.log")
+		extra := map[string]any{"nodeNetns": filepath.Join("/run/netns", nodeNetns), "logFile": logFile, "logLevel": "error"}
+		if network != "" {
+			extra["network"] = network
+		}
+		if _, err := invoke(t, "DEL", cmdDel, podCall(netconf(t, records, extra), "c-bad")); err != nil {
+			t.Fatalf("network %q: DEL with an unreadable record: %v", network, err)
+		}
+		if _, err := os.Stat(filepath.Join(records, "c-bad.json")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("network %q: the unreadable record is still there: %v", network, err)
+		}
+		if log, _ := os.ReadFile(logFile); !strings.HasPrefix(string(log), "E") || !strings.Contains(string(log), "record of c-bad: "+cni.ErrUnreadable.Error()) {
+			t.Errorf("network %q: want an error line naming the record, got:\n%s", network, log)
+		}
+		_, err := node.LinkByName(hostEnd)
+		switch gone := errors.As(err, new(netlink.LinkNotFoundError)); {
+		case network != "" && !gone:
+			t.Errorf("as a delegate: the host end %s is still there (%v)", hostEnd, err)
+		case network == "" && gone:
+			t.Errorf("chained: the host end %s was deleted; the namespace's end takes it", hostEnd)
+		case network == "":
+			if err := node.LinkDel(pair); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// GC detaches what the records of containers the runtime no longer has
+// hold, also beside a record that is not one; but while one is there, no
+// host end is deleted for being unknown to the records (the unreadable one
+// may hold it), and GC says so.
+func TestGCBesideAnUnreadableRecord(t *testing.T) {
+	nettest.RequireRoot(t)
+	nodeNetns := nettest.NetnsName("cnigc")
+	if err := linux.EnsureNetns(nodeNetns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(nodeNetns) })
+	node := nettest.Handle(t, nodeNetns)
+	records := t.TempDir()
+	hostEnd := func(id, peer string) string {
+		t.Helper()
+		name := ifname.HostVeth(id, "net1")
+		if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	gone, orphan := hostEnd("c-gone", "pod-gone"), hostEnd("c-orphan", "pod-orphan")
+	store := cni.Store{Dir: records}
+	if err := store.Save(cni.Record{ContainerID: "c-gone", Netns: "/run/netns/c-gone", Pod: "ns1/pod1",
+		Interfaces: []cni.RecordedInterface{{Config: "netop-test", Interface: "net1", Network: "ns1/net", HostVeth: gone}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(records, "c-bad.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	there := func(name string) bool {
+		_, err := node.LinkByName(name)
+		return err == nil
+	}
+	conf := netconf(t, records, map[string]any{"nodeNetns": filepath.Join("/run/netns", nodeNetns)})
+	_, err := invoke(t, "GC", cmdGC, &skel.CmdArgs{StdinData: conf})
+	if err == nil || !strings.Contains(err.Error(), "records of c-bad: "+cni.ErrUnreadable.Error()) {
+		t.Errorf("GC beside an unreadable record: %v, want it named", err)
+	}
+	if _, ok, _ := store.Load("c-gone"); ok || there(gone) {
+		t.Errorf("GC left the container the runtime no longer has: record %v, host end %v", ok, there(gone))
+	}
+	if !there(orphan) {
+		t.Errorf("GC deleted %s, which the unreadable record may hold", orphan)
+	}
+
+	// Once its container's DEL removed it, GC deletes what no record knows.
+	if err := store.Remove("c-bad"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := invoke(t, "GC", cmdGC, &skel.CmdArgs{StdinData: conf}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if there(orphan) {
+		t.Errorf("GC left %s, which no record knows", orphan)
 	}
 }
 

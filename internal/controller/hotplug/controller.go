@@ -371,7 +371,9 @@ func normal(statuses []netselect.Status) string {
 // removes what hot-plug added beside Multus's delegates, whose DEL covers
 // only the interfaces Multus attached.
 func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
-	records, err := c.opts.Store.List()
+	// A record that is not one names no pod: its container's DEL removes
+	// it, and what it held.
+	records, _, err := c.opts.Store.List()
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func measureHotPlug(kube kubernetes.Interface, nets samplecrdclient.NetworkInter
 // podNetns is the network namespace of the running pod named, from the
 // CNI plugin's record of its sandbox on the node.
 func podNetns(dataDir, pod string) (string, error) {
-	records, err := cni.Store{Dir: node.CNIDataDir(dataDir)}.List()
+	records, _, err := cni.Store{Dir: node.CNIDataDir(dataDir)}.List()
 	if err != nil {
 		return "", err
 	}
