@@ -23,6 +23,11 @@ const (
 	StatusAnnotation   = "k8s.v1.cni.cncf.io/network-status"
 )
 
+// DerivedMACPrefix begins the MACs netop makes for interfaces from their
+// addresses (its two bytes, then the address's last four, as
+// OVN-Kubernetes does); a pinned MAC may not begin so.
+var DerivedMACPrefix = net.HardwareAddr{0x0a, 0x58}
+
 // Selection is one Network a pod asks for.
 type Selection struct {
 	Namespace string
@@ -155,6 +160,9 @@ func (e element) selection(i int, podNamespace string) (Selection, error) {
 		}
 		if bytes.Equal(mac, make(net.HardwareAddr, 6)) {
 			return s, fmt.Errorf("%s: %q: the zero address cannot be an interface's", field("mac"), e.MAC)
+		}
+		if bytes.HasPrefix(mac, DerivedMACPrefix) {
+			return s, fmt.Errorf("%s: %q: netop gives interfaces MACs %s:… made from their addresses, so a pinned one could be another pod's: pin one outside it", field("mac"), e.MAC, DerivedMACPrefix)
 		}
 		s.MAC = mac
 	}

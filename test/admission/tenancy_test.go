@@ -227,7 +227,8 @@ func TestWhoMayJoinANetwork(t *testing.T) {
 }
 
 // Pinned addresses and MACs are checked at admission: inside the cidr,
-// never the gateway, never another pod's, never a multicast or zero MAC.
+// never the gateway, never another pod's, never a multicast or zero MAC,
+// nor one of those netop makes from addresses.
 func TestPinnedAddressesAreChecked(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := t.Context()
@@ -247,7 +248,7 @@ func TestPinnedAddressesAreChecked(t *testing.T) {
 		selection, _ := json.Marshal([]any{element})
 		return networkPod(ns, name, string(selection))
 	}
-	eventuallyAdmitted(t, env, pinned("first", "10.172.0.10/24", ""))
+	eventuallyAdmitted(t, env, pinned("first", "10.172.0.10/24", "02:00:00:00:00:07"))
 	waitAllocated(t, env, ns, "first", ns+"/pins")
 	for _, tc := range []struct {
 		name, ips, mac, want string
@@ -259,6 +260,8 @@ func TestPinnedAddressesAreChecked(t *testing.T) {
 		{"prefix", "10.172.0.11/16", "", "prefix length 16, the Network's is 24"},
 		{"multicast", "", "01:00:5e:00:00:01", "a multicast address cannot be an interface's"},
 		{"zero", "", "00:00:00:00:00:00", "the zero address cannot be an interface's"},
+		{"neighbour-mac", "", "02:00:00:00:00:07", "mac 02:00:00:00:00:07: held by pod " + ns + "/first"},
+		{"derived-mac", "", "0a:58:0a:ac:00:0b", "netop gives interfaces MACs 0a:58:… made from their addresses"},
 	} {
 		requireRefused(t, "pinning the "+tc.name, func(ctx context.Context) error {
 			_, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pinned(tc.name, tc.ips, tc.mac), metav1.CreateOptions{})

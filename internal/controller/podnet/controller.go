@@ -114,6 +114,10 @@ type Controller struct {
 	mu sync.Mutex
 	// pools by Network UID, built on first use from the pods.
 	pools map[types.UID]familyPools
+	// macs: the owner (ownerKey) of each MAC a Network's interfaces have,
+	// by Network UID, built with its pools: no two interfaces on a
+	// Network, whose bridge forwards by MAC, share one.
+	macs map[types.UID]map[string]string
 	// held: what each pod holds, by pod.
 	held map[cache.ObjectName]held
 	// waiting: pods that wait for a Network to appear or to free an
@@ -139,7 +143,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 	namespaces coreinformers.NamespaceInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
 	c := &Controller{
 		kube: kube, pods: pods.Lister(), networks: networks.Lister(), namespaces: tenancy.Namespaces{Lister: namespaces.Lister()}, recorder: recorder, resolver: o.Resolver,
-		pools: map[types.UID]familyPools{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
+		pools: map[types.UID]familyPools{}, macs: map[types.UID]map[string]string{}, held: map[cache.ObjectName]held{}, waiting: map[string]map[cache.ObjectName]bool{},
 		retired: map[types.UID]bool{}, changed: func(cache.ObjectName) {}, podIndex: pods.Informer().GetIndexer(),
 		readsSynced: []cache.DoneChecker{pods.Informer().HasSyncedChecker(), namespaces.Informer().HasSyncedChecker()},
 	}
@@ -272,6 +276,7 @@ func (c *Controller) forget(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pools, n.UID)
+	delete(c.macs, n.UID)
 	delete(c.retired, n.UID)
 }
 
@@ -448,6 +453,16 @@ func (c *Controller) allocateLocked(pod *corev1.Pod, selections []netselect.Sele
 			a.IPs = append(a.IPs, addr.String())
 		}
 		a.MAC = macFor(addrs[0].Addr(), s.MAC)
+		owner := ownerKey(pod.UID, s.Interface)
+		if holder, ok := c.macs[network.UID][a.MAC]; ok && holder != owner {
+			// Another interface on the Network has the MAC (a pinned
+			// one): the bridge would send one's frames to the other.
+			pools.release(owner, addrs)
+			undo()
+			c.waitLocked(key, name)
+			return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: mac %s: another pod's interface on it has it", key, a.MAC)}
+		}
+		c.macs[network.UID][a.MAC] = owner
 		a.Routes = routesOf(families)
 		out = append(out, a)
 	}
@@ -472,16 +487,14 @@ func networkName(a netselect.Allocation) cache.ObjectName {
 func ownerKey(uid types.UID, iface string) string { return string(uid) + "/" + iface }
 
 // macFor is the interface's MAC: the one asked for, else one derived from
-// its address (0a:58 and the last four bytes, as OVN-Kubernetes does), so
+// its address (netselect.DerivedMACPrefix and the last four bytes), so
 // that it is known before the interface exists.
 func macFor(addr netip.Addr, asked net.HardwareAddr) string {
 	if asked != nil {
 		return asked.String()
 	}
 	b := addr.As16()
-	mac := net.HardwareAddr{0x0a, 0x58, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(mac[2:], binary.BigEndian.Uint32(b[12:]))
-	return mac.String()
+	return net.HardwareAddr(binary.BigEndian.AppendUint32(slices.Clone(netselect.DerivedMACPrefix), binary.BigEndian.Uint32(b[12:]))).String()
 }
 
 func (c *Controller) waitLocked(network string, pod cache.ObjectName) {
@@ -506,6 +519,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, net
 	if err != nil {
 		return nil, nil, err
 	}
+	macs := map[string]string{}
 	pods, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
 	if err != nil {
 		return nil, nil, err
@@ -528,6 +542,9 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, net
 			for _, prefix := range addresses(a) {
 				ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
 			}
+			if a.MAC != "" {
+				macs[a.MAC] = ownerKey(pod.UID, a.Interface)
+			}
 			// Recorded at once, so that the pod's deletion frees it even
 			// if the pod is never synced before.
 			if !known {
@@ -537,7 +554,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, net
 			}
 		}
 	}
-	c.pools[network.UID] = ps
+	c.pools[network.UID], c.macs[network.UID] = ps, macs
 	return ps, families, nil
 }
 
@@ -678,12 +695,12 @@ func (c *Controller) CheckPinned(network *samplecrdv2.Network, s netselect.Selec
 	return err
 }
 
-// PinnedHolder says which other pod than pod holds an address that s pins
-// on network, if one does, as the pods cache shows them: any replica
+// PinnedHolder says which other pod than pod holds an address or the MAC
+// that s pins on network, if one does, as the pods cache shows them: any replica
 // answers, leader or not; allocation checks again against what it handed
 // out since.
 func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Selection, pod cache.ObjectName) error {
-	if len(s.IPs) == 0 {
+	if len(s.IPs) == 0 && s.MAC == nil {
 		return nil
 	}
 	objs, err := c.podIndex.ByIndex(networkIndex, string(network.UID))
@@ -701,6 +718,9 @@ func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Sele
 			if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
 				return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
 			}
+		}
+		if s.MAC != nil && slices.Contains(podMACs(holder, network.UID), s.MAC.String()) {
+			return fmt.Errorf("mac %s: held by pod %s", s.MAC, klog.KObj(holder))
 		}
 	}
 	return nil
@@ -732,6 +752,18 @@ func podAddresses(pod *corev1.Pod, uid types.UID) []netip.Prefix {
 	for _, a := range have {
 		if a.NetworkUID == uid {
 			out = append(out, addresses(a)...)
+		}
+	}
+	return out
+}
+
+// podMACs are the MACs of the pod's interfaces on the Network with uid.
+func podMACs(pod *corev1.Pod, uid types.UID) []string {
+	have, _ := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	var out []string
+	for _, a := range have {
+		if a.NetworkUID == uid {
+			out = append(out, a.MAC)
 		}
 	}
 	return out
@@ -798,7 +830,11 @@ func (c *Controller) releaseLocked(name cache.ObjectName, uid types.UID) []cache
 }
 
 func (c *Controller) freeLocked(uid types.UID, a netselect.Allocation) {
-	c.pools[a.NetworkUID].release(ownerKey(uid, a.Interface), addresses(a))
+	owner := ownerKey(uid, a.Interface)
+	c.pools[a.NetworkUID].release(owner, addresses(a))
+	if c.macs[a.NetworkUID][a.MAC] == owner {
+		delete(c.macs[a.NetworkUID], a.MAC)
+	}
 }
 
 // admits: pods of namespace may join network (tenancy.Admits), as far as

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -94,5 +96,67 @@ func TestFailedHotPlugWriteTellsTheNetwork(t *testing.T) {
 	}
 	if h, err := c.Held(network, netip.Prefix{}, 1); err != nil || h.Count != 0 {
 		t.Errorf("holders of late after the failed write: %+v %v, want none", h, err)
+	}
+}
+
+// No two interfaces on a Network share a MAC, whose bridge would send one's
+// frames to the other: a pod that pins the MAC another pod's interface on
+// it has waits (its predecessor may be leaving), and gets it once that one
+// is gone; on another Network it is free. A controller that starts (a new
+// leader) knows the MACs from the pods' allocations.
+func TestPinnedMACIsOnePods(t *testing.T) {
+	c, _, nets := newTestController(t, kubefake.NewClientset())
+	for _, n := range []*samplecrdv2.Network{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "a-uid"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.71.0.0/24"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", UID: "b-uid"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.72.0.0/24"}}},
+	} {
+		if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid")}}
+	}
+	pinning := func(network string) []netselect.Selection {
+		t.Helper()
+		selections, err := netselect.Parse(`[{"name":"`+network+`","mac":"02:00:00:00:00:07"}]`, "ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return selections
+	}
+	first, err := c.allocate(pod("first"), pinning("a"))
+	if err != nil || first[0].MAC != "02:00:00:00:00:07" {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	var wait *waitError
+	if _, err := c.allocate(pod("second"), pinning("a")); !errors.As(err, &wait) || wait.refused || !strings.Contains(wait.msg, "mac 02:00:00:00:00:07: another pod's interface on it has it") {
+		t.Fatalf("second, the same MAC on the same Network: %v, want it to wait, saying why", err)
+	}
+	if got, err := c.allocate(pod("other"), pinning("b")); err != nil || got[0].MAC != "02:00:00:00:00:07" {
+		t.Fatalf("the same MAC on another Network: %+v %v", got, err)
+	}
+	if allocated, _ := c.pools["a-uid"].usage(); allocated != 1 {
+		t.Errorf("a after the refusal: %d addresses handed out, want first's alone", allocated)
+	}
+	c.release(cache.ObjectName{Namespace: "ns", Name: "first"}, "first-uid")
+	if got, err := c.allocate(pod("second"), pinning("a")); err != nil || got[0].MAC != "02:00:00:00:00:07" {
+		t.Fatalf("second, once first is gone: %+v %v", got, err)
+	}
+
+	// A new leader, whose pods cache has second's allocation.
+	leader, leaderPods, leaderNets := newTestController(t, kubefake.NewClientset())
+	for _, n := range nets.Samplecrd().V2().Networks().Informer().GetIndexer().List() {
+		if err := leaderNets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := pod("second")
+	held.Annotations = map[string]string{netselect.AllocationsAnnotation: `[{"network":"ns/a","networkUID":"a-uid","interface":"net1","ips":["10.71.0.2/24"],"mac":"02:00:00:00:00:07"}]`}
+	if err := leaderPods.Core().V1().Pods().Informer().GetIndexer().Add(held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.allocate(pod("third"), pinning("a")); !errors.As(err, &wait) || !strings.Contains(wait.msg, "mac 02:00:00:00:00:07") {
+		t.Fatalf("third, on a new leader: %v, want it to wait for second's MAC", err)
 	}
 }

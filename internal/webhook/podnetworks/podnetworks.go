@@ -31,11 +31,13 @@ import (
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
 )
 
-// Pins checks the addresses a selection pins (the allocation controller).
+// Pins checks the addresses and MAC a selection pins (the allocation
+// controller).
 type Pins interface {
-	// CheckPinned says why they cannot be any pod's on network.
+	// CheckPinned says why the addresses cannot be any pod's on network.
 	CheckPinned(network *samplecrdv2.Network, s netselect.Selection) error
-	// PinnedHolder says which other pod than pod holds one of them.
+	// PinnedHolder says which other pod than pod holds one of them, or
+	// the MAC.
 	PinnedHolder(network *samplecrdv2.Network, s netselect.Selection, pod cache.ObjectName) error
 }
 
