@@ -349,24 +349,32 @@ func (a *Attacher) newVeth(hostVeth string, bridge netlink.Link, podIface string
 	return nil
 }
 
-// HostVeths lists the host ends netop made on this node, by name.
-func (a *Attacher) HostVeths() ([]string, error) {
+// HostVeths lists the host ends netop made on this node.
+func (a *Attacher) HostVeths() ([]netlink.Link, error) {
 	links, err := a.node.LinkList()
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	var veths []netlink.Link
 	for _, l := range links {
 		if l.Type() == "veth" && ifname.IsHostVeth(l.Attrs().Name) {
-			names = append(names, l.Attrs().Name)
+			veths = append(veths, l)
 		}
 	}
-	return names, nil
+	return veths, nil
 }
 
-// DeleteHostVeth deletes a host end by name, for GC of ends no record
-// knows; one that is gone already is not an error.
-func (a *Attacher) DeleteHostVeth(name string) error { return a.deleteLink(name) }
+// DeleteHostVeth deletes a host end HostVeths listed, for GC of ends no
+// record knows; one that is gone already is not an error. By its index,
+// not its name: a host end's name is its container's and interface's, so
+// the link of that name may be one made since the listing (hot-plug moving
+// an interface to another Network), which a record knows.
+func (a *Attacher) DeleteHostVeth(link netlink.Link) error {
+	if err := a.node.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting %s: %w", link.Attrs().Name, err)
+	}
+	return nil
+}
 
 func (a *Attacher) deleteLink(name string) error {
 	link, err := a.node.LinkByName(name)

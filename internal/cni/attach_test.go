@@ -142,8 +142,24 @@ func TestAddCheckDel(t *testing.T) {
 	if _, err := a.Add(t.Context(), at); err != nil {
 		t.Fatalf("ADD over a leftover: %v", err)
 	}
-	if veths, err := a.HostVeths(); err != nil || len(veths) != 1 {
-		t.Errorf("host ends %v (%v), want one", veths, err)
+	veths, err := a.HostVeths()
+	if err != nil || len(veths) != 1 {
+		t.Fatalf("host ends %v (%v), want one", veths, err)
+	}
+
+	// The host end listed is deleted, not one of the same name made since
+	// (the same container's interface made again).
+	if err := a.Del("c0ffee", "net1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Add(t.Context(), at); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteHostVeth(veths[0]); err != nil {
+		t.Fatalf("deleting a listed host end that is gone: %v", err)
+	}
+	if _, err := node.LinkByName(got.HostVeth); err != nil {
+		t.Errorf("the host end made after the listing was deleted: %v", err)
 	}
 }
 

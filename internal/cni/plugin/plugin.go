@@ -391,12 +391,12 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 		}
 	}
 	for _, v := range veths {
-		if !known[v] {
+		if !known[v.Attrs().Name] {
 			if err := attacher.DeleteHostVeth(v); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			log.V(vInfo).Info("Deleted a host end no record knows", "hostVeth", v)
+			log.V(vInfo).Info("Deleted a host end no record knows", "hostVeth", v.Attrs().Name)
 		}
 	}
 	return errors.Join(errs...)
