@@ -28,7 +28,10 @@ type Record struct {
 	// Netns is the pod's network namespace path.
 	Netns string `json:"netns"`
 	// Pod is namespace/name.
-	Pod        string              `json:"pod"`
+	Pod string `json:"pod"`
+	// PodUID is the pod's UID when the runtime passed it (K8S_POD_UID):
+	// a pod made again under the same name (a StatefulSet's) is another.
+	PodUID     string              `json:"podUID,omitempty"`
 	Interfaces []RecordedInterface `json:"interfaces"`
 }
 

@@ -363,6 +363,59 @@ func TestHotPlugFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod made again under its name is not swept with it", func(t *testing.T) {
+		// A StatefulSet's pod is deleted and made again under its name,
+		// and its successor's sandbox is recorded (the runtime not yet
+		// saying it is ready: it is being made) before hot-plug sweeps
+		// what the first one's records still hold. Records sort by name,
+		// so the successor's ("0…") comes first.
+		p4 := n.runningSandbox(t, runtime, "p4", "example-network")
+		store := cni.Store{Dir: n.dataDir}
+		successor := cni.Record{ContainerID: "0successor", Netns: "/run/netns/0successor", Pod: n.ns + "/p4", PodUID: "successor-uid",
+			Interfaces: []cni.RecordedInterface{{Config: "netop-test", Interface: "net1", Network: n.ns + "/example-network", HostVeth: ifname.HostVeth("0successor", "net1")}}}
+		if err := store.Save(successor); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Remove(successor.ContainerID) })
+		runtime.mu.Lock()
+		delete(runtime.byUID, string(p4.pod.UID))
+		runtime.mu.Unlock()
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p4.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			_, ok, err := store.Load(p4.containerID)
+			return !ok && err == nil, fmt.Sprintf("p4's record: %v %v", ok, err)
+		})
+		n.requireDetached(t, p4)
+		if _, ok, err := store.Load(successor.ContainerID); !ok || err != nil {
+			t.Errorf("the successor's record was swept with p4's: %v %v", ok, err)
+		}
+	})
+
+	t.Run("a pod deleted while its sandbox runs, then made again under its name", func(t *testing.T) {
+		// Deleted while the runtime still has its sandbox ready, p5 is
+		// looked at again later; by then its successor of the same name
+		// is in the cache. What p5's records hold is still swept once its
+		// sandbox stops, and the successor's sync goes on as any.
+		p5 := n.runningSandbox(t, runtime, "p5", "example-network")
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p5.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		successor := n.newSandboxOn(t, n.ns, "p5", "", hotPlugNode, false)
+		runtime.mu.Lock()
+		delete(runtime.byUID, string(p5.pod.UID))
+		runtime.mu.Unlock()
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			_, ok, err := cni.Store{Dir: n.dataDir}.Load(p5.containerID)
+			return !ok && err == nil, fmt.Sprintf("p5's record, its successor %s in the cache: %v %v", successor.pod.UID, ok, err)
+		})
+		n.requireDetached(t, p5)
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), successor.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("removed, then the pods deleted", func(t *testing.T) {
 		n.setNetworks(t, p1, "example-network")
 		n.waitStatus(t, p1, "net1")

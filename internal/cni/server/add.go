@@ -110,7 +110,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	if err := callerGone(ctx); err != nil {
 		return nil, err
 	}
-	record.ContainerID, record.Netns, record.Pod = args.ContainerID, args.Netns, namespace+"/"+name
+	record.ContainerID, record.Netns, record.Pod, record.PodUID = args.ContainerID, args.Netns, namespace+"/"+name, string(pa.K8S_POD_UID)
 	// A delegate adds one interface per call.
 	record = record.With(allocated.Interfaces(conf.Name, args.ContainerID, allocations...)...)
 	// Recorded before anything is made, so that a DEL or GC after a crash

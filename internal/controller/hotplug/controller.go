@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,11 +89,18 @@ type Controller struct {
 	pods     corelisters.PodLister
 	recorder record.EventRecorder
 	opts     Options
+
+	mu sync.Mutex
+	// gone holds the UID of each deleted pod of the node until its
+	// records are swept: a pod made again under its name (a
+	// StatefulSet's) is another pod, whose sandbox may be recorded
+	// already, and is not swept with it.
+	gone map[cache.ObjectName]types.UID
 }
 
 // New makes the controller; call it before the informers start.
 func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
-	c := &Controller{kube: kube, pods: pods.Lister(), recorder: recorder, opts: o}
+	c := &Controller{kube: kube, pods: pods.Lister(), recorder: recorder, opts: o, gone: map[cache.ObjectName]types.UID{}}
 	var err error
 	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
 		return nil, err
@@ -116,7 +124,7 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 					c.Enqueue(n)
 				}
 			},
-			DeleteFunc: c.Enqueue,
+			DeleteFunc: c.deleted,
 		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
@@ -130,11 +138,20 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 // allocations ask for, and says so on the pod.
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
+	c.mu.Lock()
+	goneUID, swept := c.gone[name]
+	c.mu.Unlock()
 	if apierrors.IsNotFound(err) {
-		return c.sweep(ctx, name)
+		return c.sweep(ctx, name, goneUID)
 	}
 	if err != nil {
 		return err
+	}
+	if swept && goneUID != pod.UID {
+		// Its predecessor of the same name left records to sweep.
+		if err := c.sweep(ctx, name, goneUID); err != nil {
+			return err
+		}
 	}
 	// A pod that does not run yet gets its interfaces from the CNI ADD of
 	// its sandbox, which reads the allocations then.
@@ -193,7 +210,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 // what stopped the change.
 func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sandbox, allocations []netselect.Allocation, rec cni.Record) (cni.Record, []error, error) {
 	logger := klog.FromContext(ctx)
-	rec.ContainerID, rec.Netns, rec.Pod = sandbox.ID, sandbox.Netns, cache.MetaObjectToName(pod).String()
+	rec.ContainerID, rec.Netns, rec.Pod, rec.PodUID = sandbox.ID, sandbox.Netns, cache.MetaObjectToName(pod).String(), string(pod.UID)
 	want := netselect.Active(allocations)
 
 	// Interfaces no allocation asks for any more go first: a name may pass
@@ -365,12 +382,25 @@ func normal(statuses []netselect.Status) string {
 	return string(data)
 }
 
-// sweep detaches what the records of a deleted pod still hold in sandboxes
-// the runtime no longer has ready: the runtime's CNI DEL removes what it
-// knows of (all of a chained configuration's interfaces), and this
-// removes what hot-plug added beside Multus's delegates, whose DEL covers
-// only the interfaces Multus attached.
-func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
+// deleted notes a deleted pod's UID for sweep, and has it swept.
+func (c *Controller) deleted(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		c.gone[cache.MetaObjectToName(pod)] = pod.UID
+		c.mu.Unlock()
+	}
+	c.Enqueue(obj)
+}
+
+// sweep detaches what the records of a deleted pod (of uid, when known)
+// still hold in sandboxes the runtime no longer has ready: the runtime's
+// CNI DEL removes what it knows of (all of a chained configuration's
+// interfaces), and this removes what hot-plug added beside Multus's
+// delegates, whose DEL covers only the interfaces Multus attached.
+func (c *Controller) sweep(ctx context.Context, name cache.ObjectName, uid types.UID) error {
 	// A record that is not one names no pod: its container's DEL removes
 	// it, and what it held.
 	records, _, err := c.opts.Store.List()
@@ -378,8 +408,9 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 		return err
 	}
 	var errs []error
+	again := false
 	for _, r := range records {
-		if r.Pod != name.String() {
+		if r.Pod != name.String() || uid != "" && r.PodUID != "" && r.PodUID != string(uid) {
 			continue
 		}
 		ready, err := c.opts.Runtime.SandboxReady(ctx, r.ContainerID)
@@ -392,6 +423,7 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 			// detaches) after the pod is gone from the API: looked at
 			// again shortly.
 			c.AddAfter(name, sweepDelay)
+			again = true
 			continue
 		}
 		gone, err := c.detachRecorded(r.ContainerID)
@@ -402,7 +434,15 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName) error {
 			klog.FromContext(ctx).V(1).Info("Removed what a deleted pod's sandbox still recorded", "pod", name, "containerID", r.ContainerID, "interfaces", gone)
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || again {
+		return err
+	}
+	c.mu.Lock()
+	if c.gone[name] == uid {
+		delete(c.gone, name)
+	}
+	c.mu.Unlock()
+	return nil
 }
 
 // detachRecorded detaches what the container's record holds, as it
