@@ -258,7 +258,7 @@ func (a *Attacher) Check(at Attachment) error {
 	defer func() { _ = podNS.Close() }()
 	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
 	if err != nil {
-		return err
+		return fmt.Errorf("netlink in the pod's network namespace: %w", err)
 	}
 	defer pod.Close()
 	link, err := pod.LinkByName(at.Interface)
@@ -270,7 +270,7 @@ func (a *Attacher) Check(at Attachment) error {
 	}
 	have, err := pod.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return err
+		return fmt.Errorf("interface %s: listing its addresses: %w", at.Interface, err)
 	}
 	for _, want := range at.Addresses {
 		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == IPNet(want).String() }) {
@@ -282,7 +282,7 @@ func (a *Attacher) Check(at Attachment) error {
 	}
 	routes, err := pod.RouteList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return err
+		return fmt.Errorf("interface %s: listing its routes: %w", at.Interface, err)
 	}
 	for _, want := range at.Routes {
 		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
