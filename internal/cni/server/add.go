@@ -107,8 +107,8 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	if err != nil {
 		return nil, err
 	}
-	if err := callerGone(ctx); err != nil {
-		return nil, err
+	if err := abandoned(ctx); err != nil {
+		return nil, fmt.Errorf("given up while the container's record was locked (a DEL or hot-plug holding it): %w", err)
 	}
 	record.ContainerID, record.Netns, record.Pod, record.PodUID = args.ContainerID, args.Netns, namespace+"/"+name, string(pa.K8S_POD_UID)
 	// A delegate adds one interface per call.
@@ -144,7 +144,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 		return errors.Join(errs...)
 	}
 	for _, a := range allocations {
-		if err := callerGone(ctx); err != nil {
+		if err := abandoned(ctx); err != nil {
 			return nil, undo(err)
 		}
 		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
@@ -169,7 +169,7 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
 		}
 	}
-	if err := callerGone(ctx); err != nil {
+	if err := abandoned(ctx); err != nil {
 		// Attached, but for nobody: the runtime gave up on the sandbox.
 		// Asked under the lock: a DEL after this finds the record.
 		return nil, undo(err)

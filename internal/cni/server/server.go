@@ -395,12 +395,15 @@ func watch(ctx context.Context, pidfd *os.File) (context.Context, func()) {
 // hear of it.
 type callerExitedKey struct{}
 
-// callerGone is errCallerGone if the caller watched in ctx has exited, as
-// the kernel says now. What decides to attach asks it: the runtime sends
-// DEL once it killed the plugin, and a DEL that ran before the ADD took
-// the container's lock has to be matched by the ADD not attaching.
-func callerGone(ctx context.Context) error {
-	if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+// abandoned says why the ADD of ctx is no longer wanted, if it is not:
+// errCallerGone if the caller watched in ctx has exited, as the kernel says
+// now, or the end of its time (the configuration's timeout, which the
+// plugin keeps too). What decides to attach asks it: the runtime sends DEL
+// once it killed the plugin, and a DEL that ran before the ADD took the
+// container's lock has to be matched by the ADD not attaching; a caller
+// that cannot be watched has given up by the end of its time.
+func abandoned(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil {
 		return cause
 	}
 	if exited, ok := ctx.Value(callerExitedKey{}).(func() bool); ok && exited() {

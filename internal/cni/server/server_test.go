@@ -248,7 +248,7 @@ func TestWatchEndsWithTheCaller(t *testing.T) {
 	caller, pidfd = start()
 	ctx, stop = watch(t.Context(), pidfd)
 	defer stop()
-	if err := callerGone(ctx); err != nil {
+	if err := abandoned(ctx); err != nil {
 		t.Fatalf("gone while its caller runs: %v", err)
 	}
 	if err := caller.Process.Kill(); err != nil {
@@ -256,10 +256,17 @@ func TestWatchEndsWithTheCaller(t *testing.T) {
 	}
 	// Reaped: the pidfd is readable from the exit on.
 	_ = caller.Wait()
-	if err := callerGone(ctx); !errors.Is(err, errCallerGone) {
+	if err := abandoned(ctx); !errors.Is(err, errCallerGone) {
 		t.Errorf("the caller was killed and reaped: %v, want %v", err, errCallerGone)
 	}
 	ended(ctx, "found gone when asked")
+
+	// A caller that cannot be watched has given up by the end of its time.
+	expired, cancel := context.WithTimeout(t.Context(), 0)
+	defer cancel()
+	if err := abandoned(expired); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("its time over: %v, want %v", err, context.DeadlineExceeded)
+	}
 
 	// Stopped (the answer sent), it ends without blaming the caller; with
 	// no pidfd (a caller it cannot see) it is left to its parent until
