@@ -87,10 +87,18 @@ func Parse(annotation, podNamespace string) ([]Selection, error) {
 	}
 	out := make([]Selection, 0, len(elements))
 	names := map[string]int{}
+	macs := map[string]int{} // by Network and MAC
 	for i, e := range elements {
 		s, err := e.selection(i, podNamespace)
 		if err != nil {
 			return nil, err
+		}
+		if s.MAC != nil {
+			key := s.Namespace + "/" + s.Name + " " + s.MAC.String()
+			if j, dup := macs[key]; dup {
+				return nil, fmt.Errorf("%s[%d].mac: %s is also the MAC of [%d], on the same Network", NetworksAnnotation, i, s.MAC, j)
+			}
+			macs[key] = i
 		}
 		out = append(out, s)
 	}

@@ -32,6 +32,7 @@ func TestParse(t *testing.T) {
 		{`[{"name":"a","mac":"01:00:5e:00:00:01"}]`, "", "multicast"},
 		{`[{"name":"a","mac":"00:00:00:00:00:00"}]`, "", "the zero address"},
 		{`[{"name":"a","mac":"zz"}]`, "", "[0].mac"},
+		{`[{"name":"a","mac":"02:00:00:00:00:05"},{"name":"a","mac":"02:00:00:00:00:05"}]`, "", "[1].mac: 02:00:00:00:00:05 is also the MAC of [0], on the same Network"},
 		{`[{"name":"a","mac":"0A:58:0a:00:00:05"}]`, "", `[0].mac: "0A:58:0a:00:00:05": netop gives interfaces MACs 0a:58:… made from their addresses`},
 		{`[{"name":"a","colour":"blue"}]`, "", `unknown field "colour"`},
 		{`[{"name":"a"}`, "", "not a JSON list"},

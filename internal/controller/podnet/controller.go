@@ -114,9 +114,9 @@ type Controller struct {
 	mu sync.Mutex
 	// pools by Network UID, built on first use from the pods.
 	pools map[types.UID]familyPools
-	// macs: the owner (ownerKey) of each MAC a Network's interfaces have,
-	// by Network UID, built with its pools: no two interfaces on a
-	// Network, whose bridge forwards by MAC, share one.
+	// macs: the owner (ownerKey) of each pinned MAC a Network's
+	// interfaces have, by Network UID, built with its pools: no two
+	// interfaces on a Network, whose bridge forwards by MAC, share one.
 	macs map[types.UID]map[string]string
 	// held: what each pod holds, by pod.
 	held map[cache.ObjectName]held
@@ -453,16 +453,22 @@ func (c *Controller) allocateLocked(pod *corev1.Pod, selections []netselect.Sele
 			a.IPs = append(a.IPs, addr.String())
 		}
 		a.MAC = macFor(addrs[0].Addr(), s.MAC)
-		owner := ownerKey(pod.UID, s.Interface)
-		if holder, ok := c.macs[network.UID][a.MAC]; ok && holder != owner {
-			// Another interface on the Network has the MAC (a pinned
-			// one): the bridge would send one's frames to the other.
-			pools.release(owner, addrs)
-			undo()
-			c.waitLocked(key, name)
-			return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: mac %s: another pod's interface on it has it", key, a.MAC)}
+		if s.MAC != nil {
+			// Another interface on the Network with the MAC would have
+			// the bridge send one's frames to the other. The MACs netop
+			// makes are apart: no pin has their prefix.
+			owner := ownerKey(pod.UID, s.Interface)
+			if holder, ok := c.macs[network.UID][a.MAC]; ok && holder != owner {
+				pools.release(owner, addrs)
+				undo()
+				if strings.HasPrefix(holder, string(pod.UID)+"/") {
+					return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: mac %s: pinned on two of the pod's interfaces", key, a.MAC), refused: true}
+				}
+				c.waitLocked(key, name)
+				return nil, &waitError{reason: ReasonAddressRefused, msg: fmt.Sprintf("Network %s: mac %s: another pod's interface on it has it", key, a.MAC)}
+			}
+			c.macs[network.UID][a.MAC] = owner
 		}
-		c.macs[network.UID][a.MAC] = owner
 		a.Routes = routesOf(families)
 		out = append(out, a)
 	}
@@ -542,7 +548,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, net
 			for _, prefix := range addresses(a) {
 				ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
 			}
-			if a.MAC != "" {
+			if a.MAC != "" && !strings.HasPrefix(a.MAC, netselect.DerivedMACPrefix.String()+":") {
 				macs[a.MAC] = ownerKey(pod.UID, a.Interface)
 			}
 			// Recorded at once, so that the pod's deletion frees it even

@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -158,5 +159,71 @@ func TestPinnedMACIsOnePods(t *testing.T) {
 	}
 	if _, err := leader.allocate(pod("third"), pinning("a")); !errors.As(err, &wait) || !strings.Contains(wait.msg, "mac 02:00:00:00:00:07") {
 		t.Fatalf("third, on a new leader: %v, want it to wait for second's MAC", err)
+	}
+}
+
+// The MACs netop makes from addresses are kept apart from pinned ones: two
+// interfaces whose addresses end alike (IPv6 addresses equal in their last
+// four bytes) get the same made MAC, as before, and neither waits for the
+// other, whose bridge port it never was to share with a pin.
+func TestMadeMACsDoNotWait(t *testing.T) {
+	c, _, nets := newTestController(t, kubefake.NewClientset())
+	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "v6", UID: "v6-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"fd00:71::/64"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, ip := range []string{"fd00:71::1:0:0:7", "fd00:71::7"} {
+		selections, err := netselect.Parse(`[{"name":"v6","ips":["`+ip+`"]}]`, "ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("p%d-uid", i))}}
+		if got, err := c.allocate(pod, selections); err != nil || got[0].MAC != "0a:58:00:00:00:07" {
+			t.Fatalf("%s: %+v %v, want it allocated with its made MAC", ip, got, err)
+		}
+	}
+}
+
+// An interface with a pinned MAC, removed and asked for again under its
+// name before its node took it down, gets the MAC again once the node
+// says it is down, and keeps it: freeing the old one after the new was
+// allocated (the same owner) took it from the new, for another pod to
+// take.
+func TestPinnedMACAskedForAgain(t *testing.T) {
+	const pinned = "02:00:00:00:00:09"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "p-uid", ResourceVersion: "1", Annotations: map[string]string{
+		netselect.NetworksAnnotation:    `[{"name":"x","interface":"net2","mac":"` + pinned + `"}]`,
+		netselect.AllocationsAnnotation: `[{"network":"ns/x","networkUID":"x-uid","interface":"net2","ips":["10.73.0.2/24"],"mac":"` + pinned + `","detaching":true}]`,
+		netselect.DetachedAnnotation:    "net2/x-uid",
+	}}, Spec: corev1.PodSpec{NodeName: "node"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	c, pods, nets := newTestController(t, kubefake.NewClientset(pod))
+	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: "x-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.73.0.0/24"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.follow(context.Background(), pod, have, selections); err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	if got := c.held[cache.ObjectName{Namespace: "ns", Name: "p"}].allocations; len(got) != 1 || got[0].Detaching || got[0].MAC != pinned {
+		t.Fatalf("p holds %+v, want net2 again with %s", got, pinned)
+	}
+	other, err := netselect.Parse(`[{"name":"x","mac":"`+pinned+`"}]`, "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wait *waitError
+	if _, err := c.allocate(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q", UID: "q-uid"}}, other); !errors.As(err, &wait) {
+		t.Errorf("another pod pinning p's MAC: %v, want it to wait", err)
 	}
 }

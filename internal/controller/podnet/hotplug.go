@@ -61,19 +61,31 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 		}
 	}
 	var added []netselect.Allocation
+	// What the node took down is freed before anything is added: an
+	// interface removed and asked for again under its name is the same
+	// owner of the same pinned address or MAC, which freeing after would
+	// take from the new one. Down, it is configured nowhere, whether the
+	// write below lands or not.
+	c.mu.Lock()
+	for _, a := range freed {
+		c.freeLocked(pod.UID, a)
+	}
 	if len(adds) > 0 {
-		c.mu.Lock()
 		added, err = c.allocateLocked(pod, adds)
-		c.mu.Unlock()
-		var wait *waitError
-		switch {
-		case errors.As(err, &wait):
-			// What is removed goes on; the additions wait.
-			c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
-			logger.V(1).Info("Pod waits for added networks", "reason", wait.reason, "message", wait.msg)
-		case err != nil:
-			return err
-		}
+	}
+	c.mu.Unlock()
+	for _, a := range freed {
+		c.changed(networkName(a))
+		c.wakeNetwork(a.Network)
+	}
+	var wait *waitError
+	switch {
+	case errors.As(err, &wait):
+		// What is removed goes on; the additions wait.
+		c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
+		logger.V(1).Info("Pod waits for added networks", "reason", wait.reason, "message", wait.msg)
+	case err != nil:
+		return err
 	}
 	if len(added) == 0 && len(detaching) == 0 && len(freed) == 0 {
 		return nil
@@ -98,16 +110,10 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 		return err
 	}
 	c.mu.Lock()
-	for _, a := range freed {
-		c.freeLocked(pod.UID, a)
-	}
 	c.held[name] = held{uid: pod.UID, allocations: next, written: true}
 	c.mu.Unlock()
-	for _, a := range slices.Concat(added, detaching, freed) {
+	for _, a := range slices.Concat(added, detaching) {
 		c.changed(networkName(a))
-	}
-	for _, a := range freed {
-		c.wakeNetwork(a.Network)
 	}
 	if len(added) > 0 {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(added))
