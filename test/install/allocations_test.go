@@ -104,6 +104,20 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 	})
 	err = mallory.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
 	refused("binding a pod with allocations", err, netselect.AllocationsAnnotation)
+	// The older bindings resource binds the same way.
+	grant(t, env, ns, "bindings", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"bindings"}, Verbs: []string{"create"}}, "mallory")
+	legacyBind := func(ctx context.Context, dryRun bool) error {
+		req := mallory.CoreV1().RESTClient().Post().Namespace(ns).Resource("bindings").Body(binding)
+		if dryRun {
+			req = req.Param("dryRun", metav1.DryRunAll)
+		}
+		return req.Do(ctx).Error()
+	}
+	testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+		err := legacyBind(ctx, true)
+		return !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "only netop writes"), fmt.Sprintf("binding a pod with allocations through bindings: %v", err)
+	})
+	refused("binding a pod with allocations through bindings", legacyBind(ctx, false), netselect.AllocationsAnnotation)
 	if got, err := env.Kube.CoreV1().Pods(ns).Get(ctx, unbound.Name, metav1.GetOptions{}); err != nil || got.Annotations[netselect.AllocationsAnnotation] != "" {
 		t.Errorf("the pod after the refused binding: %v, annotations %v; want none", err, got.GetAnnotations())
 	}
