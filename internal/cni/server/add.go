@@ -169,9 +169,11 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
 		}
 	}
-	if err := abandoned(ctx); err != nil {
+	if err := callerExited(ctx); err != nil {
 		// Attached, but for nobody: the runtime gave up on the sandbox.
-		// Asked under the lock: a DEL after this finds the record.
+		// Asked under the lock: a DEL after this finds the record. Its
+		// time alone being over is not that: the plugin waits a margin
+		// past it for the answer.
 		return nil, undo(err)
 	}
 	if conf.Network == "" && conf.PrevResult != nil {

@@ -406,6 +406,15 @@ func abandoned(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != nil {
 		return cause
 	}
+	return callerExited(ctx)
+}
+
+// callerExited is errCallerGone if the caller watched in ctx has exited,
+// as the kernel says now.
+func callerExited(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errCallerGone) {
+		return cause
+	}
 	if exited, ok := ctx.Value(callerExitedKey{}).(func() bool); ok && exited() {
 		return errCallerGone
 	}
