@@ -238,18 +238,31 @@ func (a *Attacher) Add(ctx context.Context, at Attachment) (_ Attached, err erro
 	return Attached{HostVeth: hostVeth, MAC: link.Attrs().HardwareAddr}, nil
 }
 
-// Check reports what differs from the attachment, or nil.
+// ErrNotAsAttached is what Check says when the attachment is not as Add
+// makes it (a part missing, down, off its bridge, an address or route
+// gone), as against not knowing (the bridge not there, a namespace or
+// netlink failing): only the first is mended by making it again.
+var ErrNotAsAttached = errors.New("not as attached")
+
+// Check reports what differs from the attachment (ErrNotAsAttached), or
+// why it cannot tell, or nil.
 func (a *Attacher) Check(at Attachment) error {
 	bridge, err := a.node.LinkByName(at.Bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s of the network: %w", at.Bridge, err)
 	}
+	notAttached := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrNotAsAttached, fmt.Sprintf(format, args...))
+	}
 	host, err := a.node.LinkByName(ifname.HostVeth(at.ContainerID, at.Interface))
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		return notAttached("host end of %s: %v", at.Interface, err)
+	}
 	if err != nil {
 		return fmt.Errorf("host end of %s: %w", at.Interface, err)
 	}
 	if host.Attrs().MasterIndex != bridge.Attrs().Index {
-		return fmt.Errorf("host end %s: not a port of bridge %s", host.Attrs().Name, at.Bridge)
+		return notAttached("host end %s: not a port of bridge %s", host.Attrs().Name, at.Bridge)
 	}
 	podNS, err := netns.GetFromPath(at.Netns)
 	if err != nil {
@@ -262,11 +275,14 @@ func (a *Attacher) Check(at Attachment) error {
 	}
 	defer pod.Close()
 	link, err := pod.LinkByName(at.Interface)
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		return notAttached("interface %s: %v", at.Interface, err)
+	}
 	if err != nil {
 		return fmt.Errorf("interface %s: %w", at.Interface, err)
 	}
 	if link.Attrs().OperState == netlink.OperDown || link.Attrs().Flags&net.FlagUp == 0 {
-		return fmt.Errorf("interface %s: down", at.Interface)
+		return notAttached("interface %s: down", at.Interface)
 	}
 	have, err := pod.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
@@ -274,7 +290,7 @@ func (a *Attacher) Check(at Attachment) error {
 	}
 	for _, want := range at.Addresses {
 		if !slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == IPNet(want).String() }) {
-			return fmt.Errorf("interface %s: no address %s", at.Interface, want)
+			return notAttached("interface %s: no address %s", at.Interface, want)
 		}
 	}
 	if len(at.Routes) == 0 {
@@ -288,7 +304,7 @@ func (a *Attacher) Check(at Attachment) error {
 		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
 			return r.Dst != nil && r.Dst.String() == IPNet(want.Dst).String() && r.Gw.Equal(want.GW.AsSlice())
 		}) {
-			return fmt.Errorf("interface %s: no route to %s via %s", at.Interface, want.Dst, want.GW)
+			return notAttached("interface %s: no route to %s via %s", at.Interface, want.Dst, want.GW)
 		}
 	}
 	return nil

@@ -114,6 +114,20 @@ func TestAddCheckDel(t *testing.T) {
 	if _, err := a.Add(t.Context(), at); err == nil {
 		t.Error("a second ADD of net1 into the same pod succeeded")
 	}
+	// CHECK tells what is not as attached (mended by making it again) from
+	// what it cannot tell now.
+	if err := a.Check(Attachment{ContainerID: at.ContainerID, Netns: at.Netns, Interface: at.Interface, Bridge: "no-such-bridge"}); err == nil || errors.Is(err, ErrNotAsAttached) {
+		t.Errorf("CHECK with its bridge not there: %v, want an error that is not ErrNotAsAttached", err)
+	}
+	if err := pod.LinkSetDown(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(at); !errors.Is(err, ErrNotAsAttached) || !strings.Contains(err.Error(), "interface net1: down") {
+		t.Errorf("CHECK of net1 set down: %v, want ErrNotAsAttached saying so", err)
+	}
+	if err := pod.LinkSetUp(link); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := a.Del("c0ffee", "net1"); err != nil {
 		t.Fatal(err)

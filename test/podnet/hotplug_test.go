@@ -341,7 +341,22 @@ func TestHotPlugFailures(t *testing.T) {
 	t.Run("an interface found broken is made again", func(t *testing.T) {
 		// Someone in p2 sets net2 down. The next change of p2's Networks
 		// finds it recorded but not as attached: it is made again, and
-		// stays recorded and listed, never an interface no record knows.
+		// stays recorded (under the configuration that made it: here a
+		// delegate's, as Multus's would be) and listed, never an
+		// interface no record knows.
+		store := cni.Store{Dir: n.dataDir}
+		rec, _, err := store.Load(p2.containerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rec.Interfaces {
+			if rec.Interfaces[i].Interface == "net2" {
+				rec.Interfaces[i].Config = "delegate-v6"
+			}
+		}
+		if err := store.Save(rec); err != nil {
+			t.Fatal(err)
+		}
 		link, err := p2.handle.LinkByName("net2")
 		if err != nil {
 			t.Fatal(err)
@@ -354,6 +369,9 @@ func TestHotPlugFailures(t *testing.T) {
 		n.setNetworks(t, p2, "example-network,v6,third")
 		n.waitStatus(t, p2, "net1", "net2", "net3")
 		n.requireAttached(t, p2)
+		if rec, _, err := store.Load(p2.containerID); err != nil || !slices.ContainsFunc(rec.Interfaces, func(i cni.RecordedInterface) bool { return i.Interface == "net2" && i.Config == "delegate-v6" }) {
+			t.Errorf("net2's record after it was made again: %+v %v, want it under delegate-v6", rec.Interfaces, err)
+		}
 
 		n.setNetworks(t, p2, "example-network,v6")
 		n.waitStatus(t, p2, "net1", "net2")
@@ -414,6 +432,32 @@ func TestHotPlugFailures(t *testing.T) {
 		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), successor.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("two pods of a name deleted before the first's sandbox stops", func(t *testing.T) {
+		// p6 is deleted while its sandbox runs; its successor of the same
+		// name is made and deleted too before p6's sandbox stops. What
+		// p6's records hold is still swept.
+		p6 := n.runningSandbox(t, runtime, "p6", "example-network")
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p6.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		successor := n.newSandboxOn(t, n.ns, "p6", "", hotPlugNode, false)
+		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), successor.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, err := n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, "p6", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("p6's successor: %v", err)
+		})
+		runtime.mu.Lock()
+		delete(runtime.byUID, string(p6.pod.UID))
+		runtime.mu.Unlock()
+		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+			_, ok, err := cni.Store{Dir: n.dataDir}.Load(p6.containerID)
+			return !ok && err == nil, fmt.Sprintf("p6's record: %v %v", ok, err)
+		})
+		n.requireDetached(t, p6)
 	})
 
 	t.Run("removed, then the pods deleted", func(t *testing.T) {

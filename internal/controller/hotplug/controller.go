@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -91,16 +92,16 @@ type Controller struct {
 	opts     Options
 
 	mu sync.Mutex
-	// gone holds the UID of each deleted pod of the node until its
-	// records are swept: a pod made again under its name (a
-	// StatefulSet's) is another pod, whose sandbox may be recorded
-	// already, and is not swept with it.
-	gone map[cache.ObjectName]types.UID
+	// gone holds the UIDs of the node's deleted pods, by name, until their
+	// records are swept: a pod made again under its name (a StatefulSet's)
+	// is another pod, whose sandbox may be recorded already, and is not
+	// swept with them.
+	gone map[cache.ObjectName]map[types.UID]bool
 }
 
 // New makes the controller; call it before the informers start.
 func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodInformer, recorder record.EventRecorder, m *metrics.Metrics, o Options) (*Controller, error) {
-	c := &Controller{kube: kube, pods: pods.Lister(), recorder: recorder, opts: o, gone: map[cache.ObjectName]types.UID{}}
+	c := &Controller{kube: kube, pods: pods.Lister(), recorder: recorder, opts: o, gone: map[cache.ObjectName]map[types.UID]bool{}}
 	var err error
 	if c.Controller, err = runner.New(runner.Options{Name: Name, Workers: o.Workers, Metrics: m}, c.sync); err != nil {
 		return nil, err
@@ -139,18 +140,20 @@ func New(ctx context.Context, kube kubernetes.Interface, pods coreinformers.PodI
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	pod, err := c.pods.Pods(name.Namespace).Get(name.Name)
 	c.mu.Lock()
-	goneUID, swept := c.gone[name]
+	gone := maps.Clone(c.gone[name])
 	c.mu.Unlock()
 	if apierrors.IsNotFound(err) {
-		return c.sweep(ctx, name, goneUID)
+		return c.sweep(ctx, name, gone)
 	}
 	if err != nil {
 		return err
 	}
-	if swept && goneUID != pod.UID {
-		// Its predecessor of the same name left records to sweep.
-		if err := c.sweep(ctx, name, goneUID); err != nil {
-			return err
+	if len(gone) > 0 {
+		// Its predecessors of the same name left records to sweep, which
+		// does not hold up its own sync.
+		if err := c.sweep(ctx, name, gone); err != nil {
+			klog.FromContext(ctx).Error(err, "Sweeping what deleted pods of the same name recorded", "pod", name)
+			c.AddAfter(name, sweepDelay)
 		}
 	}
 	// A pod that does not run yet gets its interfaces from the CNI ADD of
@@ -234,9 +237,10 @@ func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sa
 	rec = rec.Without(gone)
 
 	var failed []error
-	config := c.opts.Config
+	// What hot-plug adds is recorded under the sandbox's configuration.
+	added := c.opts.Config
 	if len(rec.Interfaces) > 0 {
-		config = rec.Interfaces[0].Config
+		added = rec.Interfaces[0].Config
 	}
 	for _, a := range want {
 		at, err := allocated.Attachment(sandbox.ID, sandbox.Netns, a)
@@ -244,16 +248,28 @@ func (c *Controller) change(ctx context.Context, pod *corev1.Pod, sandbox cri.Sa
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "Attaching %s to Network %s: %v", a.Interface, a.Network, err)
 			continue
 		}
-		if slices.ContainsFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) }) {
-			if c.opts.Attacher.Check(at) == nil {
+		config := added
+		if i := slices.IndexFunc(rec.Interfaces, func(r cni.RecordedInterface) bool { return same(r, a) }); i >= 0 {
+			config = rec.Interfaces[i].Config
+			err := c.opts.Attacher.Check(at)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, cni.ErrNotAsAttached) {
+				// Not known now (its bridge not there, a namespace or
+				// netlink failing): left as it is, and looked at again.
+				err = fmt.Errorf("checking %s on Network %s: %w", a.Interface, a.Network, err)
+				c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "%v", err)
+				failed = append(failed, err)
 				continue
 			}
 			// Recorded, but not as attached (down, off its bridge, an
-			// address gone): made again from nothing. Add would find the
-			// pod's interface there and fail, and the record dropped
-			// then would leave an interface no record knows, whose
-			// addresses the node would acknowledge free while the pod
-			// still has them.
+			// address gone): made again from nothing, under the
+			// configuration that made it. Add would find the pod's
+			// interface there and fail, and the record dropped then
+			// would leave an interface no record knows, whose addresses
+			// the node would acknowledge free while the pod still has
+			// them.
 			if err := c.opts.Attacher.Del(sandbox.ID, a.Interface); err != nil {
 				err = fmt.Errorf("repairing %s on Network %s: %w", a.Interface, a.Network, err)
 				c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachFailed, "%v", err)
@@ -388,19 +404,24 @@ func (c *Controller) deleted(obj any) {
 		obj = tombstone.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
+		name := cache.MetaObjectToName(pod)
 		c.mu.Lock()
-		c.gone[cache.MetaObjectToName(pod)] = pod.UID
+		if c.gone[name] == nil {
+			c.gone[name] = map[types.UID]bool{}
+		}
+		c.gone[name][pod.UID] = true
 		c.mu.Unlock()
 	}
 	c.Enqueue(obj)
 }
 
-// sweep detaches what the records of a deleted pod (of uid, when known)
-// still hold in sandboxes the runtime no longer has ready: the runtime's
-// CNI DEL removes what it knows of (all of a chained configuration's
-// interfaces), and this removes what hot-plug added beside Multus's
-// delegates, whose DEL covers only the interfaces Multus attached.
-func (c *Controller) sweep(ctx context.Context, name cache.ObjectName, uid types.UID) error {
+// sweep detaches what the records of the deleted pods of a name (uids)
+// still hold in sandboxes the runtime no longer has ready:
+// the runtime's CNI DEL removes what it knows of (all of a chained
+// configuration's interfaces), and this removes what hot-plug added beside
+// Multus's delegates, whose DEL covers only the interfaces Multus
+// attached.
+func (c *Controller) sweep(ctx context.Context, name cache.ObjectName, uids map[types.UID]bool) error {
 	// A record that is not one names no pod: its container's DEL removes
 	// it, and what it held.
 	records, _, err := c.opts.Store.List()
@@ -410,7 +431,8 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName, uid types
 	var errs []error
 	again := false
 	for _, r := range records {
-		if r.Pod != name.String() || uid != "" && r.PodUID != "" && r.PodUID != string(uid) {
+		// A record made before UIDs were recorded goes by its name.
+		if r.Pod != name.String() || r.PodUID != "" && !uids[types.UID(r.PodUID)] {
 			continue
 		}
 		ready, err := c.opts.Runtime.SandboxReady(ctx, r.ContainerID)
@@ -438,7 +460,10 @@ func (c *Controller) sweep(ctx context.Context, name cache.ObjectName, uid types
 		return err
 	}
 	c.mu.Lock()
-	if c.gone[name] == uid {
+	for uid := range uids {
+		delete(c.gone[name], uid)
+	}
+	if len(c.gone[name]) == 0 {
 		delete(c.gone, name)
 	}
 	c.mu.Unlock()
