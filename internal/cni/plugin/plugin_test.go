@@ -154,6 +154,19 @@ func TestDelFailureLogged(t *testing.T) {
 	}
 }
 
+// nodeNamespace makes a throwaway network namespace for the node's links,
+// and a netlink handle in it.
+func nodeNamespace(t *testing.T, prefix string) (string, *netlink.Handle) {
+	t.Helper()
+	nettest.RequireRoot(t)
+	name := nettest.NetnsName(prefix)
+	if err := linux.EnsureNetns(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.DeleteNetns(name) })
+	return name, nettest.Handle(t, name)
+}
+
 // DEL of a container whose record is not one (another version's, edited
 // by hand) succeeds, or the runtime would retry forever a sandbox it could
 // never remove: as a delegate it deletes its interface's host end, named
@@ -161,13 +174,7 @@ func TestDelFailureLogged(t *testing.T) {
 // the sandbox's namespace. The record goes, and the log file says why, at
 // error severity.
 func TestDelUnreadableRecord(t *testing.T) {
-	nettest.RequireRoot(t)
-	nodeNetns := nettest.NetnsName("cnidel")
-	if err := linux.EnsureNetns(nodeNetns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nettest.DeleteNetns(nodeNetns) })
-	node := nettest.Handle(t, nodeNetns)
+	nodeNetns, node := nodeNamespace(t, "cnidel")
 	for _, network := range []string{"", "ns1/net"} {
 		records := t.TempDir()
 		if err := os.WriteFile(filepath.Join(records, "c-bad.json"), []byte("{not json"), 0o600); err != nil {
@@ -211,13 +218,7 @@ func TestDelUnreadableRecord(t *testing.T) {
 // host end is deleted for being unknown to the records (the unreadable one
 // may hold it), and GC says so.
 func TestGCBesideAnUnreadableRecord(t *testing.T) {
-	nettest.RequireRoot(t)
-	nodeNetns := nettest.NetnsName("cnigc")
-	if err := linux.EnsureNetns(nodeNetns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nettest.DeleteNetns(nodeNetns) })
-	node := nettest.Handle(t, nodeNetns)
+	nodeNetns, node := nodeNamespace(t, "cnigc")
 	records := t.TempDir()
 	hostEnd := func(id, peer string) string {
 		t.Helper()
