@@ -227,3 +227,34 @@ func TestPinnedMACAskedForAgain(t *testing.T) {
 		t.Errorf("another pod pinning p's MAC: %v, want it to wait", err)
 	}
 }
+
+// An address a pod no node runs gives up (its selection edited) is freed
+// only once the write that says so lands: until then the pod's annotation
+// still holds it, and a node that runs the pod meanwhile attaches it.
+func TestUnboundRemovalFreedOnceWritten(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "p-uid", ResourceVersion: "1", Annotations: map[string]string{
+		netselect.AllocationsAnnotation: `[{"network":"ns/n","networkUID":"n-uid","interface":"net1","ips":["10.74.0.2/24"],"mac":"0a:58:0a:4a:00:02"}]`,
+	}}}
+	kube := kubefake.NewClientset(pod)
+	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("bound meanwhile"))
+	})
+	c, pods, nets := newTestController(t, kube)
+	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.74.0.0/24"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.follow(context.Background(), pod, have, nil); !apierrors.IsConflict(err) {
+		t.Fatalf("follow: %v, want the conflict", err)
+	}
+	if owner := c.pools["n-uid"].of(netip.MustParseAddr("10.74.0.2")).Owner(netip.MustParseAddr("10.74.0.2")); owner != ownerKey("p-uid", "net1") {
+		t.Errorf("10.74.0.2 after the failed write: held by %q, want still p's", owner)
+	}
+}

@@ -65,16 +65,25 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	// interface removed and asked for again under its name is the same
 	// owner of the same pinned address or MAC, which freeing after would
 	// take from the new one. Down, it is configured nowhere, whether the
-	// write below lands or not.
-	c.mu.Lock()
+	// write below lands or not. What a pod no node runs yet gives up is
+	// freed only once the write lands: until then its node may attach it.
+	var takenDown, unboundFreed []netselect.Allocation
 	for _, a := range freed {
+		if acked[a.Key()] {
+			takenDown = append(takenDown, a)
+		} else {
+			unboundFreed = append(unboundFreed, a)
+		}
+	}
+	c.mu.Lock()
+	for _, a := range takenDown {
 		c.freeLocked(pod.UID, a)
 	}
 	if len(adds) > 0 {
 		added, err = c.allocateLocked(pod, adds)
 	}
 	c.mu.Unlock()
-	for _, a := range freed {
+	for _, a := range takenDown {
 		c.changed(networkName(a))
 		c.wakeNetwork(a.Network)
 	}
@@ -110,10 +119,16 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 		return err
 	}
 	c.mu.Lock()
+	for _, a := range unboundFreed {
+		c.freeLocked(pod.UID, a)
+	}
 	c.held[name] = held{uid: pod.UID, allocations: next, written: true}
 	c.mu.Unlock()
-	for _, a := range slices.Concat(added, detaching) {
+	for _, a := range slices.Concat(added, detaching, unboundFreed) {
 		c.changed(networkName(a))
+	}
+	for _, a := range unboundFreed {
+		c.wakeNetwork(a.Network)
 	}
 	if len(added) > 0 {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(added))
