@@ -118,6 +118,10 @@ func TestOnlyNetopWritesAllocations(t *testing.T) {
 		return !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "only netop writes"), fmt.Sprintf("binding a pod with allocations through bindings: %v", err)
 	})
 	refused("binding a pod with allocations through bindings", legacyBind(ctx, false), netselect.AllocationsAnnotation)
+	// Nor wipe them: an empty annotation on a Binding is set on the pod.
+	binding.Annotations[netselect.AllocationsAnnotation] = ""
+	err = mallory.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	refused("binding a pod with empty allocations", err, netselect.AllocationsAnnotation)
 	if got, err := env.Kube.CoreV1().Pods(ns).Get(ctx, unbound.Name, metav1.GetOptions{}); err != nil || got.Annotations[netselect.AllocationsAnnotation] != "" {
 		t.Errorf("the pod after the refused binding: %v, annotations %v; want none", err, got.GetAnnotations())
 	}
