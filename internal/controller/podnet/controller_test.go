@@ -42,6 +42,23 @@ func newTestController(t *testing.T, kube *kubefake.Clientset) (*Controller, kub
 	return c, pods, nets
 }
 
+// cached puts network and pod in the caches of a test controller and
+// returns the allocations the pod carries.
+func cached(t *testing.T, pods kubeinformers.SharedInformerFactory, nets informers.SharedInformerFactory, network *samplecrdv2.Network, pod *corev1.Pod) []netselect.Allocation {
+	t.Helper()
+	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(network); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return have
+}
+
 // A replica that does not lead runs no sync, so its pools never learn of
 // the leader's allocations; Held, which the Network webhook asks on every
 // replica, must still count the pods that hold addresses (from the pods
@@ -197,17 +214,8 @@ func TestPinnedMACAskedForAgain(t *testing.T) {
 		netselect.DetachedAnnotation:    "net2/x-uid",
 	}}, Spec: corev1.PodSpec{NodeName: "node"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	c, pods, nets := newTestController(t, kubefake.NewClientset(pod))
-	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: "x-uid"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.73.0.0/24"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-		t.Fatal(err)
-	}
-	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	if err != nil {
-		t.Fatal(err)
-	}
+	have := cached(t, pods, nets, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: "x-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.73.0.0/24"}}}, pod)
 	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], "ns")
 	if err != nil {
 		t.Fatal(err)
@@ -240,17 +248,8 @@ func TestUnboundRemovalFreedOnceWritten(t *testing.T) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("bound meanwhile"))
 	})
 	c, pods, nets := newTestController(t, kube)
-	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.74.0.0/24"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-		t.Fatal(err)
-	}
-	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	if err != nil {
-		t.Fatal(err)
-	}
+	have := cached(t, pods, nets, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.74.0.0/24"}}}, pod)
 	if err := c.follow(context.Background(), pod, have, nil); !apierrors.IsConflict(err) {
 		t.Fatalf("follow: %v, want the conflict", err)
 	}
