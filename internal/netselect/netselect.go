@@ -28,6 +28,9 @@ const (
 // OVN-Kubernetes does); a pinned MAC may not begin so.
 var DerivedMACPrefix = net.HardwareAddr{0x0a, 0x58}
 
+// IsDerivedMAC says whether mac is of those netop makes from addresses.
+func IsDerivedMAC(mac net.HardwareAddr) bool { return bytes.HasPrefix(mac, DerivedMACPrefix) }
+
 // Selection is one Network a pod asks for.
 type Selection struct {
 	Namespace string
@@ -169,7 +172,7 @@ func (e element) selection(i int, podNamespace string) (Selection, error) {
 		if bytes.Equal(mac, make(net.HardwareAddr, 6)) {
 			return s, fmt.Errorf("%s: %q: the zero address cannot be an interface's", field("mac"), e.MAC)
 		}
-		if bytes.HasPrefix(mac, DerivedMACPrefix) {
+		if IsDerivedMAC(mac) {
 			return s, fmt.Errorf("%s: %q: netop gives interfaces MACs %s:… made from their addresses, so a pinned one could be another pod's: pin one outside it", field("mac"), e.MAC, DerivedMACPrefix)
 		}
 		s.MAC = mac

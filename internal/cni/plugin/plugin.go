@@ -320,7 +320,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	for _, v := range conf.ValidAttachments {
 		valid[v.ContainerID] = true
 	}
-	records, unreadable, err := conf.Store().List()
+	records, _, err := conf.Store().List()
 	if err != nil {
 		return err
 	}
@@ -360,15 +360,6 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 			errs = append(errs, err)
 		}
 	}
-	// A container whose record is not one holds host ends that no record
-	// says: none is deleted for being unknown while one is there (its
-	// container's DEL removes it).
-	keptFor := func(unreadable []string) error {
-		return fmt.Errorf("records of %s: %w: the host ends no record knows are kept until their containers' DEL", strings.Join(unreadable, ", "), cni.ErrUnreadable)
-	}
-	if len(unreadable) > 0 {
-		return errors.Join(append(errs, keptFor(unreadable))...)
-	}
 	veths, err := attacher.HostVeths()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
@@ -377,12 +368,16 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	// configuration's, a valid container's, one that failed to go) and
 	// those made since the listing: an ADD or a hot-plug records before it
 	// makes one, so the records read after the host ends know them all.
-	records, unreadable, err = conf.Store().List()
+	records, unreadable, err := conf.Store().List()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	// A container whose record is not one holds host ends that no record
+	// says: none is deleted for being unknown while one is there (its
+	// container's DEL removes it).
 	if len(unreadable) > 0 {
-		return errors.Join(append(errs, keptFor(unreadable))...)
+		return errors.Join(append(errs, fmt.Errorf("records of %s: %w: the host ends no record knows are kept until their containers' DEL",
+			strings.Join(unreadable, ", "), cni.ErrUnreadable))...)
 	}
 	known := map[string]bool{}
 	for _, r := range records {

@@ -548,7 +548,7 @@ func (c *Controller) poolsLocked(network *samplecrdv2.Network) (familyPools, net
 			for _, prefix := range addresses(a) {
 				ps.take(ownerKey(pod.UID, a.Interface), prefix.Addr())
 			}
-			if a.MAC != "" && !strings.HasPrefix(a.MAC, netselect.DerivedMACPrefix.String()+":") {
+			if mac, err := net.ParseMAC(a.MAC); err == nil && !netselect.IsDerivedMAC(mac) {
 				macs[a.MAC] = ownerKey(pod.UID, a.Interface)
 			}
 			// Recorded at once, so that the pod's deletion frees it even
@@ -720,13 +720,15 @@ func (c *Controller) PinnedHolder(network *samplecrdv2.Network, s netselect.Sele
 		if holder.Namespace == pod.Namespace && holder.Name == pod.Name || holder.DeletionTimestamp != nil {
 			continue
 		}
-		for _, held := range podAddresses(holder, network.UID) {
-			if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
-				return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
+		for _, a := range onNetwork(holder, network.UID) {
+			for _, held := range addresses(a) {
+				if slices.ContainsFunc(s.IPs, func(want netip.Prefix) bool { return want.Addr() == held.Addr() }) {
+					return fmt.Errorf("address %s: held by pod %s", held.Addr(), klog.KObj(holder))
+				}
 			}
-		}
-		if s.MAC != nil && slices.Contains(podMACs(holder, network.UID), s.MAC.String()) {
-			return fmt.Errorf("mac %s: held by pod %s", s.MAC, klog.KObj(holder))
+			if s.MAC != nil && a.MAC == s.MAC.String() {
+				return fmt.Errorf("mac %s: held by pod %s", s.MAC, klog.KObj(holder))
+			}
 		}
 	}
 	return nil
@@ -747,32 +749,23 @@ func holdsIn(pod *corev1.Pod, uid types.UID, ps familyPools) bool {
 	return slices.ContainsFunc(podAddresses(pod, uid), func(p netip.Prefix) bool { return ps.of(p.Addr()) != nil })
 }
 
-// podAddresses are the addresses pod holds of the Network with UID uid,
-// as its allocations annotation says; one that does not parse holds none.
+// podAddresses are the addresses pod holds of the Network with UID uid.
 func podAddresses(pod *corev1.Pod, uid types.UID) []netip.Prefix {
-	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	if err != nil {
-		return nil
-	}
 	var out []netip.Prefix
-	for _, a := range have {
-		if a.NetworkUID == uid {
-			out = append(out, addresses(a)...)
-		}
+	for _, a := range onNetwork(pod, uid) {
+		out = append(out, addresses(a)...)
 	}
 	return out
 }
 
-// podMACs are the MACs of the pod's interfaces on the Network with uid.
-func podMACs(pod *corev1.Pod, uid types.UID) []string {
-	have, _ := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
-	var out []string
-	for _, a := range have {
-		if a.NetworkUID == uid {
-			out = append(out, a.MAC)
-		}
+// onNetwork are pod's allocations on the Network with UID uid, as its
+// allocations annotation says; one that does not parse holds none.
+func onNetwork(pod *corev1.Pod, uid types.UID) []netselect.Allocation {
+	have, err := netselect.ParseAllocations(pod.Annotations[netselect.AllocationsAnnotation])
+	if err != nil {
+		return nil
 	}
-	return out
+	return slices.DeleteFunc(have, func(a netselect.Allocation) bool { return a.NetworkUID != uid })
 }
 
 // addresses are an allocation's addresses; one that does not parse is

@@ -38,12 +38,16 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	}
 	acked := netselect.ParseDetached(pod.Annotations[netselect.DetachedAnnotation])
 	unbound := pod.Spec.NodeName == ""
-	var next, detaching, freed []netselect.Allocation
+	// Freed: what the node took down (takenDown), and what a pod no node
+	// runs gives up (unboundFreed).
+	var next, detaching, takenDown, unboundFreed []netselect.Allocation
 	for _, a := range have {
 		removed := !a.Detaching && slices.ContainsFunc(change.Removed, func(r netselect.Allocation) bool { return r.Key() == a.Key() })
 		switch {
-		case (a.Detaching || removed) && (unbound || acked[a.Key()]):
-			freed = append(freed, a)
+		case (a.Detaching || removed) && acked[a.Key()]:
+			takenDown = append(takenDown, a)
+		case (a.Detaching || removed) && unbound:
+			unboundFreed = append(unboundFreed, a)
 		case removed:
 			a.Detaching = true
 			detaching = append(detaching, a)
@@ -67,14 +71,6 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	// take from the new one. Down, it is configured nowhere, whether the
 	// write below lands or not. What a pod no node runs yet gives up is
 	// freed only once the write lands: until then its node may attach it.
-	var takenDown, unboundFreed []netselect.Allocation
-	for _, a := range freed {
-		if acked[a.Key()] {
-			takenDown = append(takenDown, a)
-		} else {
-			unboundFreed = append(unboundFreed, a)
-		}
-	}
 	c.mu.Lock()
 	for _, a := range takenDown {
 		c.freeLocked(pod.UID, a)
@@ -96,7 +92,7 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	case err != nil:
 		return err
 	}
-	if len(added) == 0 && len(detaching) == 0 && len(freed) == 0 {
+	if len(added) == 0 && len(detaching) == 0 && len(takenDown) == 0 && len(unboundFreed) == 0 {
 		return nil
 	}
 	next = append(next, added...)
@@ -136,6 +132,8 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	if len(detaching) > 0 {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonDetaching, "Detaching %s: its addresses are freed once the pod's node took the interface down", describe(detaching))
 	}
+	// A pod no node runs has nothing taken down: one of the two at most.
+	freed := slices.Concat(takenDown, unboundFreed)
 	if len(freed) > 0 {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonReleased, "Released %s", describe(freed))
 	}
