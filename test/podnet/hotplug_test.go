@@ -87,6 +87,31 @@ func (s *sandboxes) set(err error) {
 	s.err = err
 }
 
+// stop has the runtime no longer have the pod's sandbox (the kubelet
+// stops it before its DEL).
+func (s *sandboxes) stop(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byUID, string(uid))
+}
+
+// deletePod deletes the pod named at once, as no kubelet runs here.
+func (n *cniNode) deletePod(t *testing.T, name string) {
+	t.Helper()
+	if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSwept waits until the sandbox's record is gone.
+func (n *cniNode) waitSwept(t *testing.T, s *sandbox) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
+		_, ok, err := cni.Store{Dir: n.dataDir}.Load(s.containerID)
+		return !ok && err == nil, fmt.Sprintf("%s's record: %v %v", s.pod.Name, ok, err)
+	})
+}
+
 // runningSandbox makes a pod of networks on hotPlugNode, attaches it as
 // the runtime does (CNI ADD), marks it Running and registers its sandbox.
 func (n *cniNode) runningSandbox(t *testing.T, runtime *sandboxes, name, networks string) *sandbox {
@@ -329,9 +354,7 @@ func TestHotPlugFailures(t *testing.T) {
 		runtime.mu.Unlock()
 		n.requireNoInterface(t, p3, "net2")
 
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p3.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
+		n.deletePod(t, p3.pod.Name)
 		if err := n.runtime.DelNetworkList(t.Context(), n.conf(t, "1.0.0", ""), p3.rt("eth0")); err != nil {
 			t.Fatalf("DEL: %v", err)
 		}
@@ -395,16 +418,9 @@ func TestHotPlugFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = store.Remove(successor.ContainerID) })
-		runtime.mu.Lock()
-		delete(runtime.byUID, string(p4.pod.UID))
-		runtime.mu.Unlock()
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p4.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-			_, ok, err := store.Load(p4.containerID)
-			return !ok && err == nil, fmt.Sprintf("p4's record: %v %v", ok, err)
-		})
+		runtime.stop(p4.pod.UID)
+		n.deletePod(t, p4.pod.Name)
+		n.waitSwept(t, p4)
 		n.requireDetached(t, p4)
 		if _, ok, err := store.Load(successor.ContainerID); !ok || err != nil {
 			t.Errorf("the successor's record was swept with p4's: %v %v", ok, err)
@@ -417,21 +433,12 @@ func TestHotPlugFailures(t *testing.T) {
 		// is in the cache. What p5's records hold is still swept once its
 		// sandbox stops, and the successor's sync goes on as any.
 		p5 := n.runningSandbox(t, runtime, "p5", "example-network")
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p5.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
+		n.deletePod(t, p5.pod.Name)
 		successor := n.newSandboxOn(t, n.ns, "p5", "", hotPlugNode, false)
-		runtime.mu.Lock()
-		delete(runtime.byUID, string(p5.pod.UID))
-		runtime.mu.Unlock()
-		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-			_, ok, err := cni.Store{Dir: n.dataDir}.Load(p5.containerID)
-			return !ok && err == nil, fmt.Sprintf("p5's record, its successor %s in the cache: %v %v", successor.pod.UID, ok, err)
-		})
+		runtime.stop(p5.pod.UID)
+		n.waitSwept(t, p5)
 		n.requireDetached(t, p5)
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), successor.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
+		n.deletePod(t, successor.pod.Name)
 	})
 
 	t.Run("two pods of a name deleted before the first's sandbox stops", func(t *testing.T) {
@@ -439,24 +446,15 @@ func TestHotPlugFailures(t *testing.T) {
 		// name is made and deleted too before p6's sandbox stops. What
 		// p6's records hold is still swept.
 		p6 := n.runningSandbox(t, runtime, "p6", "example-network")
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), p6.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
+		n.deletePod(t, p6.pod.Name)
 		successor := n.newSandboxOn(t, n.ns, "p6", "", hotPlugNode, false)
-		if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), successor.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
+		n.deletePod(t, successor.pod.Name)
 		testenv.Eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 			_, err := n.env.Kube.CoreV1().Pods(n.ns).Get(ctx, "p6", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprintf("p6's successor: %v", err)
 		})
-		runtime.mu.Lock()
-		delete(runtime.byUID, string(p6.pod.UID))
-		runtime.mu.Unlock()
-		testenv.Eventually(t, 30*time.Second, func(context.Context) (bool, string) {
-			_, ok, err := cni.Store{Dir: n.dataDir}.Load(p6.containerID)
-			return !ok && err == nil, fmt.Sprintf("p6's record: %v %v", ok, err)
-		})
+		runtime.stop(p6.pod.UID)
+		n.waitSwept(t, p6)
 		n.requireDetached(t, p6)
 	})
 
@@ -465,15 +463,11 @@ func TestHotPlugFailures(t *testing.T) {
 		n.waitStatus(t, p1, "net1")
 		n.requireNoInterface(t, p1, "net2")
 		for _, s := range []*sandbox{p1, p2} {
-			if err := n.env.Kube.CoreV1().Pods(n.ns).Delete(t.Context(), s.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-				t.Fatal(err)
-			}
+			n.deletePod(t, s.pod.Name)
 			if err := n.runtime.DelNetworkList(t.Context(), n.conf(t, "1.0.0", ""), s.rt("eth0")); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			runtime.mu.Lock()
-			delete(runtime.byUID, string(s.pod.UID))
-			runtime.mu.Unlock()
+			runtime.stop(s.pod.UID)
 			n.requireDetached(t, s)
 		}
 		for _, network := range []string{"example-network", "v6"} {
