@@ -22,8 +22,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
-	"github.com/netop-dev/netop/internal/backend/linux/linklocal"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
+	"github.com/netop-dev/netop/internal/netdev/linklocal"
 )
 
 // Attachment is one pod interface on a Network's bridge.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 )
 
 func TestStore(t *testing.T) {

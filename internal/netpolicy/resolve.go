@@ -27,8 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
+	"github.com/netop-dev/netop/internal/netpolicy/resolved"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/tenancy"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
@@ -57,7 +57,7 @@ type Outcome struct {
 
 // Resolve resolves in's policies. The firewall's policies are in the
 // order of the policies' namespace/name; outcomes are by namespace/name.
-func Resolve(in Inputs) (linux.Policies, map[string]*Outcome) {
+func Resolve(in Inputs) (resolved.Policies, map[string]*Outcome) {
 	if len(in.Policies) == 0 {
 		// Pods change often; without a policy they cost nothing.
 		return nil, map[string]*Outcome{}
@@ -67,7 +67,7 @@ func Resolve(in Inputs) (linux.Policies, map[string]*Outcome) {
 	slices.SortFunc(policies, func(a, b *v1beta1.MultiNetworkPolicy) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	var out linux.Policies
+	var out resolved.Policies
 	outcomes := make(map[string]*Outcome, len(policies))
 	for _, p := range policies {
 		key := p.Namespace + "/" + p.Name
@@ -87,7 +87,7 @@ func Resolve(in Inputs) (linux.Policies, map[string]*Outcome) {
 type pod struct {
 	namespace  string
 	labels     labels.Set
-	interfaces map[string][]linux.Endpoint
+	interfaces map[string][]resolved.Endpoint
 	ports      map[string][]namedPort
 }
 
@@ -108,12 +108,12 @@ func indexPods(list []*corev1.Pod) []pod {
 		if err != nil || len(allocations) == 0 {
 			continue
 		}
-		ip := pod{namespace: p.Namespace, labels: p.Labels, interfaces: map[string][]linux.Endpoint{}}
+		ip := pod{namespace: p.Namespace, labels: p.Labels, interfaces: map[string][]resolved.Endpoint{}}
 		for _, a := range allocations {
 			bridge := ifname.Bridge(a.NetworkUID)
 			for _, s := range a.IPs {
 				if prefix, err := netip.ParsePrefix(s); err == nil {
-					ip.interfaces[a.Network] = append(ip.interfaces[a.Network], linux.Endpoint{Bridge: bridge, Addr: prefix.Addr()})
+					ip.interfaces[a.Network] = append(ip.interfaces[a.Network], resolved.Endpoint{Bridge: bridge, Addr: prefix.Addr()})
 				}
 			}
 		}
@@ -157,20 +157,20 @@ func (r *resolver) problem(format string, args ...any) {
 	r.outcome.Problems = append(r.outcome.Problems, fmt.Sprintf(format, args...))
 }
 
-func (r *resolver) resolve() (linux.Policy, bool) {
+func (r *resolver) resolve() (resolved.Policy, bool) {
 	p := r.policy
 	r.networks = r.policyFor()
 	r.outcome.Networks = r.networks
 	if len(r.networks) == 0 {
-		return linux.Policy{}, false
+		return resolved.Policy{}, false
 	}
 	podSelector, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
 	if err != nil {
 		r.problem("spec.podSelector: %v", err)
-		return linux.Policy{}, false
+		return resolved.Policy{}, false
 	}
 	var selected []pod
-	var selectedEndpoints []linux.Endpoint
+	var selectedEndpoints []resolved.Endpoint
 	for _, candidate := range r.pods {
 		if candidate.namespace != p.Namespace || !podSelector.Matches(candidate.labels) {
 			continue
@@ -188,9 +188,9 @@ func (r *resolver) resolve() (linux.Policy, bool) {
 		ingress = slices.Contains(p.Spec.PolicyTypes, v1beta1.PolicyTypeIngress)
 		egress = slices.Contains(p.Spec.PolicyTypes, v1beta1.PolicyTypeEgress)
 	}
-	out := linux.Policy{}
+	out := resolved.Policy{}
 	if ingress {
-		d := &linux.PolicyDirection{Selected: selectedEndpoints}
+		d := &resolved.PolicyDirection{Selected: selectedEndpoints}
 		for i, rule := range p.Spec.Ingress {
 			// The destinations of ingress, whose ports are named, are the
 			// selected pods.
@@ -199,7 +199,7 @@ func (r *resolver) resolve() (linux.Policy, bool) {
 		out.Ingress = d
 	}
 	if egress {
-		d := &linux.PolicyDirection{Selected: selectedEndpoints}
+		d := &resolved.PolicyDirection{Selected: selectedEndpoints}
 		for i, rule := range p.Spec.Egress {
 			d.Rules = append(d.Rules, r.rule(fmt.Sprintf("spec.egress[%d]", i), rule.To, rule.Ports, r.pods))
 		}
@@ -252,8 +252,8 @@ func (r *resolver) policyFor() []string {
 }
 
 // endpoints are p's interfaces on the policy's Networks.
-func (r *resolver) endpoints(p pod) []linux.Endpoint {
-	var out []linux.Endpoint
+func (r *resolver) endpoints(p pod) []resolved.Endpoint {
+	var out []resolved.Endpoint
 	for _, n := range r.networks {
 		out = append(out, p.interfaces[n]...)
 	}
@@ -262,8 +262,8 @@ func (r *resolver) endpoints(p pod) []linux.Endpoint {
 
 // rule resolves one rule: its peers and its ports, named ones on
 // destinations.
-func (r *resolver) rule(path string, peers []v1beta1.MultiNetworkPolicyPeer, ports []v1beta1.MultiNetworkPolicyPort, destinations []pod) linux.PolicyRule {
-	out := linux.PolicyRule{AnyPeer: len(peers) == 0}
+func (r *resolver) rule(path string, peers []v1beta1.MultiNetworkPolicyPeer, ports []v1beta1.MultiNetworkPolicyPort, destinations []pod) resolved.PolicyRule {
+	out := resolved.PolicyRule{AnyPeer: len(peers) == 0}
 	for i, peer := range peers {
 		peerPath := fmt.Sprintf("%s.peers[%d]", path, i)
 		if peer.IPBlock != nil {
@@ -291,7 +291,7 @@ func (r *resolver) rule(path string, peers []v1beta1.MultiNetworkPolicyPeer, por
 		protocol := protocolNumber(corev1.Protocol(ptr.Deref(port.Protocol, v1beta1.ProtocolTCP)))
 		switch {
 		case port.Port == nil:
-			out.Ports = append(out.Ports, linux.PortRange{Protocol: protocol})
+			out.Ports = append(out.Ports, resolved.PortRange{Protocol: protocol})
 		case port.Port.Type == intstr.String:
 			out.NamedPorts = true
 			names[port.Port.StrVal] = protocol
@@ -305,7 +305,7 @@ func (r *resolver) rule(path string, peers []v1beta1.MultiNetworkPolicyPeer, por
 				r.problem("%s.ports[%d]: no port from %d to %d", path, i, first, last)
 				continue
 			}
-			out.Ports = append(out.Ports, linux.PortRange{Protocol: protocol, First: uint16(first), Last: uint16(last)})
+			out.Ports = append(out.Ports, resolved.PortRange{Protocol: protocol, First: uint16(first), Last: uint16(last)})
 		}
 	}
 	if len(names) > 0 {
@@ -317,7 +317,7 @@ func (r *resolver) rule(path string, peers []v1beta1.MultiNetworkPolicyPeer, por
 						continue
 					}
 					for _, e := range endpoints {
-						out.Named = append(out.Named, linux.PortEndpoint{Endpoint: e, Protocol: protocol, Port: np.port})
+						out.Named = append(out.Named, resolved.PortEndpoint{Endpoint: e, Protocol: protocol, Port: np.port})
 					}
 				}
 			}
@@ -352,19 +352,19 @@ func (r *resolver) peerMatcher(peer v1beta1.MultiNetworkPolicyPeer) (func(pod) b
 }
 
 // block parses an ipBlock, for CRDs installed without netop's validation.
-func block(b *v1beta1.IPBlock) (linux.Block, error) {
+func block(b *v1beta1.IPBlock) (resolved.Block, error) {
 	cidr, err := netip.ParsePrefix(b.CIDR)
 	if err != nil {
-		return linux.Block{}, fmt.Errorf("cidr: %w", err)
+		return resolved.Block{}, fmt.Errorf("cidr: %w", err)
 	}
-	out := linux.Block{CIDR: cidr.Masked()}
+	out := resolved.Block{CIDR: cidr.Masked()}
 	for _, e := range b.Except {
 		except, err := netip.ParsePrefix(e)
 		if err != nil {
-			return linux.Block{}, fmt.Errorf("except: %w", err)
+			return resolved.Block{}, fmt.Errorf("except: %w", err)
 		}
 		if !cidr.Contains(except.Addr()) || except.Bits() <= cidr.Bits() {
-			return linux.Block{}, fmt.Errorf("except %s is not inside cidr %s", e, b.CIDR)
+			return resolved.Block{}, fmt.Errorf("except %s is not inside cidr %s", e, b.CIDR)
 		}
 		out.Except = append(out.Except, except.Masked())
 	}

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
+	"github.com/netop-dev/netop/internal/netpolicy/resolved"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -55,7 +55,7 @@ func policy(ns, policyFor string, spec v1beta1.MultiNetworkPolicySpec) *v1beta1.
 	return p
 }
 
-func addrs(endpoints []linux.Endpoint) []string {
+func addrs(endpoints []resolved.Endpoint) []string {
 	var out []string
 	for _, e := range endpoints {
 		out = append(out, e.Addr.String())

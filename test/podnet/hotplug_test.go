@@ -21,12 +21,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/allocated"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/cri"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd"

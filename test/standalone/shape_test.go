@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/controller/podnet"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/node"
 	"github.com/netop-dev/netop/internal/testing/nettest"

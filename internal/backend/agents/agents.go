@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 )
 
 // Backend stands for the bridges of the node agents.

@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
-	"github.com/netop-dev/netop/internal/backend/linux/linklocal"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
+	"github.com/netop-dev/netop/internal/netdev/linklocal"
 )
 
 // ErrForeign is wrapped by errors about an interface that has a bridge's

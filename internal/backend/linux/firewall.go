@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/netop-dev/netop/internal/netpolicy/resolved"
 )
 
 // Firewall enforces network policies in the backend's namespace, in
@@ -26,7 +28,7 @@ type Firewall struct {
 	mu sync.Mutex
 	// desired are the last policies applied; applied what the table has
 	// of them, nil when netop made no table.
-	desired Policies
+	desired resolved.Policies
 	applied *appliedTable
 	// removed: the firewall removed the table, which no policy needs
 	// (Apply without policies then costs nothing: pods change often).
@@ -98,7 +100,7 @@ func largeBatches(c *netlink.Conn) error {
 
 // Apply makes the table enforce p: its elements alone change when p has
 // the shape of the policies applied last; no policy removes the table.
-func (fw *Firewall) Apply(p Policies) (FirewallStats, error) {
+func (fw *Firewall) Apply(p resolved.Policies) (FirewallStats, error) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	fw.desired = p
@@ -112,8 +114,8 @@ func (fw *Firewall) Apply(p Policies) (FirewallStats, error) {
 	if len(p) == 0 {
 		return FirewallStats{Replaced: fw.applied != nil}, fw.remove(c)
 	}
-	plan := p.plan()
-	shape := p.shape()
+	plan := planPolicies(p)
+	shape := policyShape(p)
 	if fw.applied == nil || fw.applied.shape != shape {
 		return fw.program(c, plan, shape)
 	}
@@ -289,7 +291,7 @@ func (fw *Firewall) Repair() (bool, error) {
 	if len(fw.desired) == 0 {
 		return true, fw.remove(c)
 	}
-	_, err = fw.program(c, fw.desired.plan(), fw.desired.shape())
+	_, err = fw.program(c, planPolicies(fw.desired), policyShape(fw.desired))
 	return true, err
 }
 

@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
+	"github.com/netop-dev/netop/internal/netpolicy/resolved"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
@@ -72,8 +73,8 @@ func (p pod) udp(t *testing.T, addr string, port int) bool {
 	return err == nil
 }
 
-func ep(bridge, addr string) Endpoint {
-	return Endpoint{Bridge: bridge, Addr: netip.MustParseAddr(addr)}
+func ep(bridge, addr string) resolved.Endpoint {
+	return resolved.Endpoint{Bridge: bridge, Addr: netip.MustParseAddr(addr)}
 }
 
 // Issue 34 on real packets: a policy isolates the pods it selects in its
@@ -95,7 +96,7 @@ func TestFirewall(t *testing.T) {
 		p.serve(t, 81)
 	}
 	fw := e.b.Firewall()
-	apply := func(p Policies) FirewallStats {
+	apply := func(p resolved.Policies) FirewallStats {
 		t.Helper()
 		stats, err := fw.Apply(p)
 		if err != nil {
@@ -132,8 +133,8 @@ func TestFirewall(t *testing.T) {
 	check("no policy", probe{p1, a2, 80, false, true}, probe{p3, a2, 81, true, true})
 
 	// p2 receives TCP 80 from p1 only.
-	onlyP1 := Policies{{Name: "ns/db", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
-		Rules: []PolicyRule{{PodPeers: true, Pods: []Endpoint{ep(br, a1)}, Ports: []PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}}
+	onlyP1 := resolved.Policies{{Name: "ns/db", Ingress: &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a2)},
+		Rules: []resolved.PolicyRule{{PodPeers: true, Pods: []resolved.Endpoint{ep(br, a1)}, Ports: []resolved.PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}}
 	// An administrator turned br_netfilter's IPv4 hook off in the
 	// namespace: the firewall turns it back on, else nothing below holds.
 	if err := WriteSysctl(e.b.ns, bridgedTrafficSysctls[0], "0"); err != nil {
@@ -155,12 +156,12 @@ func TestFirewall(t *testing.T) {
 
 	// A block with an except, every port of UDP, a range of TCP; and a
 	// second policy on p2 whose union with it allows named port 81.
-	both := Policies{
-		{Name: "ns/block", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
-			Rules: []PolicyRule{{Blocks: []Block{{CIDR: netip.MustParsePrefix("10.93.0.0/24"), Except: []netip.Prefix{netip.MustParsePrefix("10.93.0.4/32")}}},
-				Ports: []PortRange{{Protocol: unix.IPPROTO_UDP}, {Protocol: unix.IPPROTO_TCP, First: 79, Last: 80}}}}}},
-		{Name: "ns/named", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
-			Rules: []PolicyRule{{AnyPeer: true, NamedPorts: true, Named: []PortEndpoint{{Endpoint: ep(br, a2), Protocol: unix.IPPROTO_TCP, Port: 81}}}}}},
+	both := resolved.Policies{
+		{Name: "ns/block", Ingress: &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a2)},
+			Rules: []resolved.PolicyRule{{Blocks: []resolved.Block{{CIDR: netip.MustParsePrefix("10.93.0.0/24"), Except: []netip.Prefix{netip.MustParsePrefix("10.93.0.4/32")}}},
+				Ports: []resolved.PortRange{{Protocol: unix.IPPROTO_UDP}, {Protocol: unix.IPPROTO_TCP, First: 79, Last: 80}}}}}},
+		{Name: "ns/named", Ingress: &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a2)},
+			Rules: []resolved.PolicyRule{{AnyPeer: true, NamedPorts: true, Named: []resolved.PortEndpoint{{Endpoint: ep(br, a2), Protocol: unix.IPPROTO_TCP, Port: 81}}}}}},
 	}
 	if s := apply(both); !s.Replaced {
 		t.Errorf("new policies: %+v, want the table written", s)
@@ -171,8 +172,8 @@ func TestFirewall(t *testing.T) {
 
 	// Egress: p1 sends only UDP to p3; its TCP to p2 is refused, p2's
 	// replies to p1's allowed UDP pass.
-	egress := Policies{{Name: "ns/out", Egress: &PolicyDirection{Selected: []Endpoint{ep(br, a1)},
-		Rules: []PolicyRule{{PodPeers: true, Pods: []Endpoint{ep(br, a3)}, Ports: []PortRange{{Protocol: unix.IPPROTO_UDP, First: 80, Last: 81}}}}}}}
+	egress := resolved.Policies{{Name: "ns/out", Egress: &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a1)},
+		Rules: []resolved.PolicyRule{{PodPeers: true, Pods: []resolved.Endpoint{ep(br, a3)}, Ports: []resolved.PortRange{{Protocol: unix.IPPROTO_UDP, First: 80, Last: 81}}}}}}}
 	apply(egress)
 	check("egress of p1 to p3's UDP",
 		probe{p1, a3, 80, true, true}, probe{p1, a3, 81, true, true}, probe{p1, a3, 80, false, false}, probe{p1, a2, 80, true, false},
@@ -238,7 +239,7 @@ func TestFirewallIPv6(t *testing.T) {
 		p.serve(t, 81)
 	}
 	fw := e.b.Firewall()
-	apply := func(p Policies) {
+	apply := func(p resolved.Policies) {
 		t.Helper()
 		if _, err := fw.Apply(p); err != nil {
 			t.Fatal(err)
@@ -246,16 +247,16 @@ func TestFirewallIPv6(t *testing.T) {
 	}
 	// Before any packet between them: p2's neighbour advertisements to p1
 	// cross the table with p2 isolated in egress.
-	noEgress := &PolicyDirection{Selected: []Endpoint{ep(br, a2)}}
-	apply(Policies{{Name: "ns/quiet", Egress: noEgress}})
+	noEgress := &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a2)}}
+	apply(resolved.Policies{{Name: "ns/quiet", Egress: noEgress}})
 	if !probeExpecting(true, func() bool { return p1.connects(t, a2, 80) }) {
 		t.Error("p1 does not connect to p2, isolated in egress only")
 	}
 	if p2.connects(t, a1, 80) || p2.udp(t, a3, 81) {
 		t.Error("p2, isolated in egress, opens a connection")
 	}
-	apply(Policies{{Name: "ns/db", Ingress: &PolicyDirection{Selected: []Endpoint{ep(br, a2)},
-		Rules: []PolicyRule{{PodPeers: true, Pods: []Endpoint{ep(br, a1)}, Ports: []PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}})
+	apply(resolved.Policies{{Name: "ns/db", Ingress: &resolved.PolicyDirection{Selected: []resolved.Endpoint{ep(br, a2)},
+		Rules: []resolved.PolicyRule{{PodPeers: true, Pods: []resolved.Endpoint{ep(br, a1)}, Ports: []resolved.PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}}}}})
 	for _, c := range []struct {
 		from pod
 		to   string
@@ -289,22 +290,22 @@ func startFirewallWatch(t *testing.T, fw *Firewall) {
 // one pod.
 func BenchmarkFirewall(b *testing.B) {
 	ns := benchNetns(b)
-	addr := func(i int) Endpoint {
-		return Endpoint{Bridge: "netop" + strconv.Itoa(i%10), Addr: netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(1 + i%250)})}
+	addr := func(i int) resolved.Endpoint {
+		return resolved.Endpoint{Bridge: "netop" + strconv.Itoa(i%10), Addr: netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(1 + i%250)})}
 	}
-	policies := func(pods int) Policies {
-		var p Policies
+	policies := func(pods int) resolved.Policies {
+		var p resolved.Policies
 		for i := range 100 {
-			d := &PolicyDirection{}
+			d := &resolved.PolicyDirection{}
 			for j := range 10 {
 				d.Selected = append(d.Selected, addr((i*10+j)%pods))
 			}
-			r := PolicyRule{PodPeers: true, Ports: []PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}
+			r := resolved.PolicyRule{PodPeers: true, Ports: []resolved.PortRange{{Protocol: unix.IPPROTO_TCP, First: 80, Last: 80}}}
 			for j := range 50 {
 				r.Pods = append(r.Pods, addr((i*7+j*13)%pods))
 			}
-			d.Rules = []PolicyRule{r, {Blocks: []Block{{CIDR: netip.MustParsePrefix("10.0.0.0/16")}}}}
-			p = append(p, Policy{Name: fmt.Sprintf("ns/p%d", i), Ingress: d})
+			d.Rules = []resolved.PolicyRule{r, {Blocks: []resolved.Block{{CIDR: netip.MustParsePrefix("10.0.0.0/16")}}}}
+			p = append(p, resolved.Policy{Name: fmt.Sprintf("ns/p%d", i), Ingress: d})
 		}
 		return p
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 )
 
 // The overlay joins a Network's bridges on several nodes into one layer-2

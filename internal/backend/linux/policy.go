@@ -11,6 +11,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/netop-dev/netop/internal/netpolicy/resolved"
 )
 
 // PolicyTable is the nftables table (family inet) in the backend's
@@ -21,90 +23,23 @@ import (
 // the bridge family).
 const PolicyTable = "netop-policy"
 
-// Endpoint is an interface of a pod: its address on the Network of a
-// bridge. Keys of the table's sets are (bridge name, address), so that
-// Networks of overlapping cidrs stay apart.
-type Endpoint struct {
-	Bridge string
-	Addr   netip.Addr
-}
-
-// PortEndpoint is a named port resolved: a port of a pod's containers on
-// one of its interfaces.
-type PortEndpoint struct {
-	Endpoint
-	Protocol uint8
-	Port     uint16
-}
-
-// Policies are the network policies a node enforces, as the firewall
-// takes them: the pods are addresses, the selectors resolved.
-type Policies []Policy
-
-// Policy is one policy: the directions it isolates the pods it selects
-// in, and what it allows them.
-type Policy struct {
-	// Name is for people: namespace/name.
-	Name    string
-	Ingress *PolicyDirection
-	Egress  *PolicyDirection
-}
-
-// PolicyDirection is a direction a policy isolates its pods in: their
-// interfaces on the policy's Networks, and the rules (the union of which
-// is allowed). No rule allows nothing.
-type PolicyDirection struct {
-	Selected []Endpoint
-	Rules    []PolicyRule
-}
-
-// PolicyRule allows traffic from (ingress) or to (egress) one of its
-// peers, to one of its ports.
-type PolicyRule struct {
-	// AnyPeer: the rule names no peer; PodPeers: it selects pods, whose
-	// interfaces are Pods (maybe none); Blocks are its ipBlocks.
-	AnyPeer  bool
-	PodPeers bool
-	Pods     []Endpoint
-	Blocks   []Block
-	// Ports are its numbered ports and ranges; NamedPorts says it names
-	// ports, resolved on the destination pods into Named. Neither: every
-	// port.
-	Ports      []PortRange
-	NamedPorts bool
-	Named      []PortEndpoint
-}
-
-// PortRange is First to Last of Protocol (an IPPROTO_*); First 0 is every
-// port of it.
-type PortRange struct {
-	Protocol    uint8
-	First, Last uint16
-}
-
-// Block is CIDR but the Except blocks.
-type Block struct {
-	CIDR   netip.Prefix
-	Except []netip.Prefix
-}
-
 // shape is what of the policies decides the table's chains, rules and
 // sets: everything but their elements. Policies of one shape differ only
 // in elements, which are written without touching a rule.
-func (p Policies) shape() string {
-	strip := func(d *PolicyDirection) *PolicyDirection {
+func policyShape(p resolved.Policies) string {
+	strip := func(d *resolved.PolicyDirection) *resolved.PolicyDirection {
 		if d == nil {
 			return nil
 		}
-		out := &PolicyDirection{Rules: slices.Clone(d.Rules)}
+		out := &resolved.PolicyDirection{Rules: slices.Clone(d.Rules)}
 		for i := range out.Rules {
 			out.Rules[i].Pods, out.Rules[i].Named = nil, nil
 		}
 		return out
 	}
-	shaped := make(Policies, len(p))
+	shaped := make(resolved.Policies, len(p))
 	for i, pol := range p {
-		shaped[i] = Policy{Name: pol.Name, Ingress: strip(pol.Ingress), Egress: strip(pol.Egress)}
+		shaped[i] = resolved.Policy{Name: pol.Name, Ingress: strip(pol.Ingress), Egress: strip(pol.Egress)}
 	}
 	b, _ := json.Marshal(shaped)
 	return string(b)
@@ -138,7 +73,7 @@ const (
 // which of a Policy it is, and where its addresses are.
 type direction struct {
 	name string
-	of   func(Policy) *PolicyDirection
+	of   func(resolved.Policy) *resolved.PolicyDirection
 	// peer picks the peer's address; pod the address of the policy's pod.
 	peer, pod func(family) uint32
 	// allowed is where a packet goes that the direction allows (on to
@@ -148,10 +83,10 @@ type direction struct {
 }
 
 var (
-	egress = direction{name: "eg", of: func(p Policy) *PolicyDirection { return p.Egress },
+	egress = direction{name: "eg", of: func(p resolved.Policy) *resolved.PolicyDirection { return p.Egress },
 		peer: func(f family) uint32 { return f.daddr }, pod: func(f family) uint32 { return f.saddr },
 		allowed: func(f family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: "in" + f.suffix} }}
-	ingress = direction{name: "in", of: func(p Policy) *PolicyDirection { return p.Ingress },
+	ingress = direction{name: "in", of: func(p resolved.Policy) *resolved.PolicyDirection { return p.Ingress },
 		peer: func(f family) uint32 { return f.saddr }, pod: func(f family) uint32 { return f.daddr },
 		allowed: func(family) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }}
 )
@@ -200,7 +135,7 @@ func (c *planChain) add(exprs ...expr.Any) {
 // has a rule per peer and port that goes on (egress) or accepts
 // (ingress), and returns otherwise; an ipBlock with excepts is a chain of
 // its own that returns for the excepted addresses first.
-func (p Policies) plan() *policyPlan {
+func planPolicies(p resolved.Policies) *policyPlan {
 	plan := &policyPlan{}
 	forward := plan.chain("forward")
 	forward.base = true
@@ -223,13 +158,13 @@ func (p Policies) plan() *policyPlan {
 	}
 	for _, f := range ipFamilies {
 		for _, d := range []direction{egress, ingress} {
-			p.planDirection(plan, f, d)
+			planDirection(p, plan, f, d)
 		}
 	}
 	return plan
 }
 
-func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
+func planDirection(p resolved.Policies, plan *policyPlan, f family, d direction) {
 	dispatch := plan.chain(d.name + f.suffix)
 	isolated := plan.set(d.name+"-isolated"+f.suffix, concat(nftables.TypeIFName, f.addrType))
 	seen := map[string]bool{}
@@ -299,7 +234,7 @@ func (p Policies) planDirection(plan *policyPlan, f family, d direction) {
 // portMatches are a rule's ports as expressions: one match per numbered
 // port or range, one for all its named ports (a set of the destinations'
 // resolved ports), or a single empty match for every port.
-func portMatches(plan *policyPlan, f family, ruleName string, r PolicyRule) [][]expr.Any {
+func portMatches(plan *policyPlan, f family, ruleName string, r resolved.PolicyRule) [][]expr.Any {
 	if len(r.Ports) == 0 && !r.NamedPorts {
 		return [][]expr.Any{nil}
 	}
@@ -367,7 +302,7 @@ func concat(types ...nftables.SetDatatype) nftables.SetDatatype {
 }
 
 // endpointKey is e as a key of (ifname, address).
-func endpointKey(e Endpoint) []byte {
+func endpointKey(e resolved.Endpoint) []byte {
 	key := make([]byte, unix.IFNAMSIZ, unix.IFNAMSIZ+16)
 	copy(key, e.Bridge)
 	return append(key, e.Addr.AsSlice()...)
@@ -375,7 +310,7 @@ func endpointKey(e Endpoint) []byte {
 
 // portEndpointKey is e as a key of (ifname, address, protocol, port),
 // each field in registers of four bytes.
-func portEndpointKey(e PortEndpoint) []byte {
+func portEndpointKey(e resolved.PortEndpoint) []byte {
 	key := endpointKey(e.Endpoint)
 	key = append(key, e.Protocol, 0, 0, 0)
 	return append(binary.BigEndian.AppendUint16(key, e.Port), 0, 0)

@@ -20,8 +20,8 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/backend/linux/ifname"
 	"github.com/netop-dev/netop/internal/metrics"
+	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/backendtest"
 	"github.com/netop-dev/netop/internal/testing/nettest"
