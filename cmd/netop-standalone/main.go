@@ -29,6 +29,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
 	"github.com/netop-dev/netop/internal/install"
@@ -43,7 +44,7 @@ import (
 func main() {
 	// The node's runtime runs this binary as netop's CNI plugin, by the
 	// plugin's name.
-	if filepath.Base(os.Args[0]) == plugin.Type {
+	if filepath.Base(os.Args[0]) == cniapi.Type {
 		plugin.Main()
 		return
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/netop-dev/netop/config"
 	"github.com/netop-dev/netop/internal/admission"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/cni/plugin"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/logging"
@@ -30,7 +31,7 @@ import (
 func main() {
 	// Installed on a node under the plugin's name, netop is its CNI
 	// plugin: one image carries the operator and the plugin.
-	if filepath.Base(os.Args[0]) == plugin.Type {
+	if filepath.Base(os.Args[0]) == cniapi.Type {
 		plugin.Main()
 		return
 	}

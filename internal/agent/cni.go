@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/atomicfile"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 )
 
 // CNIInstall puts netop's CNI plugin on the agent's host, as Multus,
@@ -53,7 +53,7 @@ func (c *CNIInstall) Run(ctx context.Context) error {
 // the plugin: netop-cni beside it, which starts in a few milliseconds,
 // or itself (every package of the operator initialised at each call).
 func PluginExecutable(self string) string {
-	thin := filepath.Join(filepath.Dir(self), plugin.Type)
+	thin := filepath.Join(filepath.Dir(self), cniapi.Type)
 	if info, err := os.Stat(thin); err == nil && info.Mode().IsRegular() {
 		return thin
 	}
@@ -65,7 +65,7 @@ func PluginExecutable(self string) string {
 // The comparison streams both files: an agent's start should not hold two
 // copies of its own binary in memory to find that nothing changed.
 func (c *CNIInstall) installBinary() error {
-	dst := filepath.Join(c.BinDir, plugin.Type)
+	dst := filepath.Join(c.BinDir, cniapi.Type)
 	if same, err := sameContent(c.Executable, dst); err == nil && same {
 		return nil
 	}

@@ -410,3 +410,20 @@ func (a *Attacher) deleteLink(name string) error {
 func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// AttacherIn works in the namespace of the Networks' bridges at path, or
+// in the process's own if path is "".
+func AttacherIn(path string) (*Attacher, error) {
+	var ns netns.NsHandle
+	var err error
+	if path == "" {
+		ns, err = netns.Get()
+	} else {
+		ns, err = netns.GetFromPath(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node network namespace %q: %w", path, err)
+	}
+	defer func() { _ = ns.Close() }()
+	return NewAttacher(ns)
+}

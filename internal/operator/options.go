@@ -13,7 +13,7 @@ import (
 	"github.com/netop-dev/netop/internal/agent"
 	"github.com/netop-dev/netop/internal/backend"
 	"github.com/netop-dev/netop/internal/backend/backends"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/controller/at"
 	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/controller/hotplug"
@@ -111,7 +111,7 @@ func NewOptions() *Options {
 		DeploymentNetworks: deploynet.NewConfig(),
 		Ats:                at.NewConfig(),
 		CNIDataDir:         "/var/lib/cni/netop",
-		CNISocket:          plugin.DefaultSocket,
+		CNISocket:          cniapi.DefaultSocket,
 	}
 }
 

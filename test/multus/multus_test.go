@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/controller/nad"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
@@ -100,13 +100,13 @@ func TestNetworkAttachmentDefinitions(t *testing.T) {
 		t.Errorf("owner references %+v, want the Network as controller", owners)
 	}
 	config, _, _ := unstructured.NestedString(got.Object, "spec", "config")
-	var conf plugin.Config
+	var conf cniapi.Config
 	dec := json.NewDecoder(bytes.NewReader([]byte(config)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&conf); err != nil {
 		t.Fatalf("config %s: not the plugin's: %v", config, err)
 	}
-	if conf.Type != plugin.Type || conf.Network != ns+"/example-network" || conf.Socket != "@netop-cni-multus-test" || conf.CNIVersion == "" || conf.DataDir == "" {
+	if conf.Type != cniapi.Type || conf.Network != ns+"/example-network" || conf.Socket != "@netop-cni-multus-test" || conf.CNIVersion == "" || conf.DataDir == "" {
 		t.Errorf("config %s", config)
 	}
 

@@ -29,7 +29,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/netselect"
@@ -57,7 +57,7 @@ func buildPlugin(t *testing.T) string {
 		if pluginErr != nil {
 			return
 		}
-		pluginErr = gobuild.Static(filepath.Join(pluginDir, plugin.Type), gobuild.Plugin)
+		pluginErr = gobuild.Static(filepath.Join(pluginDir, cniapi.Type), gobuild.Plugin)
 	})
 	if pluginErr != nil {
 		t.Fatal(pluginErr)
@@ -149,10 +149,10 @@ func startCNINodeVia(t *testing.T, cfg *rest.Config, edit func(*operator.Options
 
 // conf is the plugin's configuration list at a CNI version; network makes
 // it a delegate for one Network.
-func (n *cniNode) conf(t *testing.T, version, network string, edit ...func(*plugin.Config)) *libcni.NetworkConfigList {
+func (n *cniNode) conf(t *testing.T, version, network string, edit ...func(*cniapi.Config)) *libcni.NetworkConfigList {
 	t.Helper()
-	c := plugin.Config{Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Network: network, Timeout: "20s"}
-	c.Type = plugin.Type
+	c := cniapi.Config{Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Network: network, Timeout: "20s"}
+	c.Type = cniapi.Type
 	for _, e := range edit {
 		e(&c)
 	}
@@ -366,7 +366,7 @@ func TestCNIPlugin(t *testing.T) {
 				if err := n.runtime.GetStatusNetworkList(ctx, list); err != nil {
 					t.Errorf("STATUS: %v", err)
 				}
-				gone := n.conf(t, version, "", func(c *plugin.Config) { c.NodeNetns = "/run/netns/no-such-node" })
+				gone := n.conf(t, version, "", func(c *cniapi.Config) { c.NodeNetns = "/run/netns/no-such-node" })
 				var cniErr *types.Error
 				if err := n.runtime.GetStatusNetworkList(ctx, gone); err == nil || !asCNIError(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable {
 					t.Errorf("STATUS without the node's namespace: %v, want code %d", err, types.ErrPluginNotAvailable)
@@ -392,7 +392,7 @@ func TestCNIPlugin(t *testing.T) {
 
 			// DEL asks nothing of the node side, nor of the API server:
 			// a configuration whose socket leads nowhere still detaches.
-			offline := n.conf(t, version, "", func(c *plugin.Config) { c.Socket = "/nonexistent/cni.sock" })
+			offline := n.conf(t, version, "", func(c *cniapi.Config) { c.Socket = "/nonexistent/cni.sock" })
 			for range 2 {
 				if err := n.runtime.DelNetworkList(ctx, offline, a.rt("eth0")); err != nil {
 					t.Fatalf("DEL: %v", err)
@@ -420,12 +420,12 @@ func asCNIError(err error, target **types.Error) bool {
 // image carries both).
 func TestCNIPluginVersion(t *testing.T) {
 	operatorDir := t.TempDir()
-	if err := gobuild.Command(filepath.Join(operatorDir, plugin.Type), "github.com/netop-dev/netop/cmd/netop"); err != nil {
+	if err := gobuild.Command(filepath.Join(operatorDir, cniapi.Type), "github.com/netop-dev/netop/cmd/netop"); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{buildPlugin(t), operatorDir} {
 		rt := libcni.NewCNIConfig([]string{dir}, nil)
-		info, err := rt.GetVersionInfo(t.Context(), plugin.Type)
+		info, err := rt.GetVersionInfo(t.Context(), cniapi.Type)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +464,7 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	n.requireDetached(t, s)
 
 	missing := n.newSandbox(t, "waits", "no-such-network", false)
-	short := n.conf(t, "1.1.0", "", func(c *plugin.Config) { c.Timeout = "2s" })
+	short := n.conf(t, "1.1.0", "", func(c *cniapi.Config) { c.Timeout = "2s" })
 	_, err := n.runtime.AddNetworkList(ctx, short, missing.rt("eth0"))
 	if err == nil || !strings.Contains(err.Error(), "netop has not allocated its addresses yet") {
 		t.Errorf("ADD of a pod whose Network does not exist: %v", err)
@@ -481,7 +481,7 @@ func TestCNIPluginDelegateAndFailure(t *testing.T) {
 	allocationPhase := n.op.Metrics().CNIAdd.WithLabelValues(metrics.CNIPhaseAllocation, metrics.ResultError)
 	ended := testenv.HistogramCount(t, allocationPhase)
 	watching := pidfds(t)
-	caller := n.startPlugin(t, "ADD", missing, "eth0", func(c *plugin.Config) { c.Timeout = "10m" })
+	caller := n.startPlugin(t, "ADD", missing, "eth0", func(c *cniapi.Config) { c.Timeout = "10m" })
 	// The node side (this process) opens a pidfd of its caller once it
 	// has read the request; os/exec holds one of the plugin too.
 	testenv.Eventually(t, 10*time.Second, func(context.Context) (bool, string) {
@@ -570,9 +570,9 @@ func TestCNIPluginTakesTheContainersLock(t *testing.T) {
 
 // startPlugin starts netop's plugin for command on sandbox s's interface
 // ifname, as the runtime executes it, with the node's configuration edited.
-func (n *cniNode) startPlugin(t *testing.T, command string, s *sandbox, ifname string, edit ...func(*plugin.Config)) *exec.Cmd {
+func (n *cniNode) startPlugin(t *testing.T, command string, s *sandbox, ifname string, edit ...func(*cniapi.Config)) *exec.Cmd {
 	t.Helper()
-	c := plugin.Config{CNIVersion: "1.1.0", Name: "netop-test", Type: plugin.Type, Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Timeout: "20s"}
+	c := cniapi.Config{CNIVersion: "1.1.0", Name: "netop-test", Type: cniapi.Type, Socket: n.socket, NodeNetns: n.netns, DataDir: n.dataDir, Timeout: "20s"}
 	for _, e := range edit {
 		e(&c)
 	}
@@ -585,7 +585,7 @@ func (n *cniNode) startPlugin(t *testing.T, command string, s *sandbox, ifname s
 	for _, kv := range s.rt(ifname).Args {
 		args = append(args, kv[0]+"="+kv[1])
 	}
-	cmd := exec.Command(filepath.Join(dir, plugin.Type))
+	cmd := exec.Command(filepath.Join(dir, cniapi.Type))
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+s.containerID, "CNI_NETNS="+s.netns,
 		"CNI_IFNAME="+ifname, "CNI_PATH="+dir, "CNI_ARGS="+strings.Join(args, ";"))

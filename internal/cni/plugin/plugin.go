@@ -27,99 +27,24 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	cniversion "github.com/containernetworking/cni/pkg/version"
 	"github.com/go-logr/logr"
-	"github.com/vishvananda/netns"
 
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/version"
 )
 
-// Type is the plugin's name: its binary's name in the CNI bin directory and
-// the "type" of its configurations.
-const Type = "netop-cni"
-
 // Versions are the CNI spec versions the plugin speaks.
 var Versions = cniversion.PluginSupports("1.0.0", "1.1.0")
-
-// DefaultSocket is where netop's node side serves the plugin unless told
-// otherwise: an abstract socket, which belongs to a network namespace, so
-// that each node's, the host's in a cluster and each of the standalone's
-// nodes', has its own without a file to share or leave behind.
-const DefaultSocket = "@netop-cni"
-
-// defaultTimeout bounds how long ADD waits for the pod's addresses: the
-// kubelet retries a failed sandbox, and each failure is an Event.
-const defaultTimeout = 30 * time.Second
-
-// Config is the plugin's network configuration. It spells out the fields
-// of the spec it uses rather than embedding types.PluginConf, whose
-// marshalling depends on addressability and writes empty ipam and dns.
-type Config struct {
-	CNIVersion string `json:"cniVersion,omitempty"`
-	Name       string `json:"name,omitempty"`
-	Type       string `json:"type,omitempty"`
-	// RawPrevResult is the result of the plugins before netop's in a
-	// chain.
-	RawPrevResult map[string]any `json:"prevResult,omitempty"`
-	PrevResult    types.Result   `json:"-"`
-	// ValidAttachments: GC's list of the attachments to keep.
-	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
-
-	// Socket is the unix socket of netop's node side, which ADD asks to
-	// attach the pod: a path, or "@name", an abstract socket of the
-	// network namespace the plugin runs in (the runtime's, where the
-	// node's bridges are); DefaultSocket if empty.
-	Socket string `json:"socket,omitempty"`
-	// NodeNetns is the path of the network namespace holding the
-	// Networks' bridges; "" is the plugin's own (the host's).
-	NodeNetns string `json:"nodeNetns,omitempty"`
-	// DataDir holds the attachment records.
-	DataDir string `json:"dataDir"`
-	// Network, namespace/name, makes the configuration a delegate for
-	// that one Network (a NetworkAttachmentDefinition's); without it the
-	// plugin attaches every Network the pod declares.
-	Network string `json:"network,omitempty"`
-	// Timeout is how long ADD waits for the pod's addresses (a Go
-	// duration); 30s if empty.
-	Timeout string `json:"timeout,omitempty"`
-	// LogFile is the file the plugin appends its log to (created 0600,
-	// its directory 0700); "" logs to no file. Multus's key.
-	LogFile string `json:"logFile,omitempty"`
-	// LogLevel is what the file gets: "error", "info" (each command, its
-	// outcome and what it attached or detached; the default) or "debug"
-	// (the steps too). Multus's key.
-	LogLevel string `json:"logLevel,omitempty"`
-
-	// verbosity is LogLevel's.
-	verbosity int
-}
-
-// PodArgs are the CNI_ARGS the kubelet's runtime passes.
-type PodArgs struct {
-	types.CommonArgs
-	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // the runtime's name
-	K8S_POD_NAME      types.UnmarshallableString //nolint:revive
-	K8S_POD_UID       types.UnmarshallableString //nolint:revive
-}
-
-// LoadPodArgs reads the pod's identity from CNI_ARGS. The runtime passes
-// more than that; netop reads only the pod's.
-func LoadPodArgs(cniArgs string) (PodArgs, error) {
-	pa := PodArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
-	err := types.LoadArgs(cniArgs, &pa)
-	return pa, err
-}
 
 // Main runs the plugin as the runtime calls it (environment and stdin) and
 // exits.
@@ -131,75 +56,13 @@ func Main() {
 	}, Versions, "netop CNI plugin "+version.String())
 }
 
-// LoadConfig reads a network configuration as the runtime passes it on
-// stdin, and checks it.
-func LoadConfig(stdin []byte) (*Config, error) {
-	conf := &Config{}
-	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, fmt.Errorf("network configuration: %w", err)
-	}
-	if conf.DataDir == "" {
-		return nil, errors.New("network configuration: dataDir: required (where attachments are recorded)")
-	}
-	if conf.Socket == "" {
-		conf.Socket = DefaultSocket
-	}
-	if err := conf.parseLogging(); err != nil {
-		return nil, err
-	}
-	if conf.RawPrevResult != nil {
-		parsed := types.PluginConf{CNIVersion: conf.CNIVersion, RawPrevResult: conf.RawPrevResult}
-		if err := cniversion.ParsePrevResult(&parsed); err != nil {
-			return nil, fmt.Errorf("network configuration: prevResult: %w", err)
-		}
-		conf.PrevResult = parsed.PrevResult
-	}
-	return conf, nil
-}
-
-// AddTimeout is how long ADD may take: the wait for the pod's addresses.
-// Only ADD reads it: a DEL must not fail over what it does not use.
-func (c *Config) AddTimeout() (time.Duration, error) {
-	if c.Timeout == "" {
-		return defaultTimeout, nil
-	}
-	d, err := time.ParseDuration(c.Timeout)
-	if err == nil && d <= 0 {
-		err = errors.New("must be positive")
-	}
-	if err != nil {
-		return 0, fmt.Errorf("network configuration: timeout: %q: %w", c.Timeout, err)
-	}
-	return d, nil
-}
-
-// Store is where the configuration's attachments are recorded.
-func (c *Config) Store() cni.Store { return cni.Store{Dir: c.DataDir} }
-
-// Attacher works in the namespace of the Networks' bridges: nodeNetns, or
-// the process's own.
-func (c *Config) Attacher() (*cni.Attacher, error) {
-	var ns netns.NsHandle
-	var err error
-	if c.NodeNetns == "" {
-		ns, err = netns.Get()
-	} else {
-		ns, err = netns.GetFromPath(c.NodeNetns)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node network namespace %q: %w", c.NodeNetns, err)
-	}
-	defer func() { _ = ns.Close() }()
-	return cni.NewAttacher(ns)
-}
-
 // recorded loads what ADD recorded for the container, and an attacher for
 // the node; ok is false when nothing was recorded, so nothing attached.
-func recorded(conf *Config, args *skel.CmdArgs) (record cni.Record, attacher *cni.Attacher, ok bool, err error) {
-	if record, ok, err = conf.Store().Load(args.ContainerID); err != nil || !ok {
+func recorded(conf *cniapi.Config, args *skel.CmdArgs) (record cni.Record, attacher *cni.Attacher, ok bool, err error) {
+	if record, ok, err = store(conf).Load(args.ContainerID); err != nil || !ok {
 		return record, nil, false, err
 	}
-	if attacher, err = conf.Attacher(); err != nil {
+	if attacher, err = cni.AttacherIn(conf.NodeNetns); err != nil {
 		return record, nil, false, err
 	}
 	return record, attacher, true, nil
@@ -208,22 +71,22 @@ func recorded(conf *Config, args *skel.CmdArgs) (record cni.Record, attacher *cn
 // covers: the configuration is about the recorded interface (a delegate
 // is about its Network's interface it was called for, a chained
 // configuration about all).
-func (c *Config) covers(r cni.RecordedInterface, ifname string) bool {
+func covers(c *cniapi.Config, r cni.RecordedInterface, ifname string) bool {
 	return c.Network == "" || r.Network == c.Network && r.Interface == ifname
 }
 
-func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
+func cmdDel(ctx context.Context, conf *cniapi.Config, args *skel.CmdArgs) (err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	// No records' directory, no record, and DEL succeeds as before: it
 	// makes no directory (the node side's ADD does), also after netop was
 	// removed from the node.
 	if _, err := os.Stat(conf.DataDir); errors.Is(err, fs.ErrNotExist) {
-		log.V(vInfo).Info("Nothing recorded for the container: nothing to detach")
+		log.V(cniapi.LogInfo).Info("Nothing recorded for the container: nothing to detach")
 		return nil
 	}
 	// The node side may be undoing an ADD of the container whose plugin
 	// the runtime killed: its record is read once that is done.
-	record, ok, lock, err := conf.Store().LoadLocked(args.ContainerID)
+	record, ok, lock, err := store(conf).LoadLocked(args.ContainerID)
 	if lock != nil {
 		defer func() { err = errors.Join(err, lock.Unlock()) }()
 	}
@@ -234,29 +97,29 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 		return err
 	}
 	if !ok {
-		log.V(vInfo).Info("Nothing recorded for the container: nothing to detach")
+		log.V(cniapi.LogInfo).Info("Nothing recorded for the container: nothing to detach")
 		return nil
 	}
-	attacher, err := conf.Attacher()
+	attacher, err := cni.AttacherIn(conf.NodeNetns)
 	if err != nil {
 		return err
 	}
 	defer attacher.Close()
 	var gone []string
 	for _, r := range record.Interfaces {
-		if !conf.covers(r, args.IfName) {
+		if !covers(conf, r, args.IfName) {
 			continue
 		}
 		if err := attacher.Del(args.ContainerID, r.Interface); err != nil {
 			return fmt.Errorf("detaching %s from Network %s: %w", r.Interface, r.Network, err)
 		}
-		log.V(vInfo).Info("Detached", "interface", r.Interface, "network", r.Network, "hostVeth", r.HostVeth)
+		log.V(cniapi.LogInfo).Info("Detached", "interface", r.Interface, "network", r.Network, "hostVeth", r.HostVeth)
 		gone = append(gone, r.Interface)
 	}
 	// A record left behind is not a resource already gone: failing has the
 	// runtime call DEL again, which finds the interfaces gone (not an
 	// error) and retries the record.
-	return conf.Store().Forget(record, gone)
+	return store(conf).Forget(record, gone)
 }
 
 // delUnreadable detaches a container whose record is not one (another
@@ -266,11 +129,11 @@ func cmdDel(ctx context.Context, conf *Config, args *skel.CmdArgs) (err error) {
 // namespace. The record goes too: failing would have the runtime retry,
 // forever, a sandbox it could then never remove, and GC deletes the host
 // ends that no record knows once none is unreadable.
-func delUnreadable(ctx context.Context, conf *Config, args *skel.CmdArgs, cause error) error {
+func delUnreadable(ctx context.Context, conf *cniapi.Config, args *skel.CmdArgs, cause error) error {
 	log := logr.FromContextOrDiscard(ctx)
 	log.Error(cause, "Detaching without the container's record, and removing it")
 	if conf.Network != "" {
-		attacher, err := conf.Attacher()
+		attacher, err := cni.AttacherIn(conf.NodeNetns)
 		if err != nil {
 			return err
 		}
@@ -279,25 +142,25 @@ func delUnreadable(ctx context.Context, conf *Config, args *skel.CmdArgs, cause 
 			return fmt.Errorf("detaching %s without its record: %w", args.IfName, err)
 		}
 	}
-	if err := conf.Store().Remove(args.ContainerID); err != nil {
+	if err := store(conf).Remove(args.ContainerID); err != nil {
 		return fmt.Errorf("removing the unreadable record of %s: %w", args.ContainerID, err)
 	}
 	return nil
 }
 
-func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
+func cmdCheck(ctx context.Context, conf *cniapi.Config, args *skel.CmdArgs) error {
 	log := logr.FromContextOrDiscard(ctx)
 	record, attacher, ok, err := recorded(conf, args)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		log.V(vDebug).Info("Nothing recorded for the container: nothing to check")
+		log.V(cniapi.LogDebug).Info("Nothing recorded for the container: nothing to check")
 		return nil
 	}
 	defer attacher.Close()
 	for _, r := range record.Interfaces {
-		if !conf.covers(r, args.IfName) {
+		if !covers(conf, r, args.IfName) {
 			continue
 		}
 		at := cni.Attachment{ContainerID: args.ContainerID, Netns: args.Netns, Interface: r.Interface, Bridge: r.Bridge}
@@ -307,24 +170,24 @@ func cmdCheck(ctx context.Context, conf *Config, args *skel.CmdArgs) error {
 		if err := attacher.Check(at); err != nil {
 			return fmt.Errorf("Network %s: %w", r.Network, err) //nolint:staticcheck // a Network is a proper noun
 		}
-		log.V(vDebug).Info("Checked", "interface", r.Interface, "network", r.Network)
+		log.V(cniapi.LogDebug).Info("Checked", "interface", r.Interface, "network", r.Network)
 	}
 	return nil
 }
 
 // cmdGC detaches the containers of this configuration that the runtime no
 // longer has, and the host ends no record knows (left by a crash).
-func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
+func cmdGC(ctx context.Context, conf *cniapi.Config, _ *skel.CmdArgs) error {
 	log := logr.FromContextOrDiscard(ctx)
 	valid := map[string]bool{}
 	for _, v := range conf.ValidAttachments {
 		valid[v.ContainerID] = true
 	}
-	records, _, err := conf.Store().List()
+	records, _, err := store(conf).List()
 	if err != nil {
 		return err
 	}
-	attacher, err := conf.Attacher()
+	attacher, err := cni.AttacherIn(conf.NodeNetns)
 	if err != nil {
 		return err
 	}
@@ -332,7 +195,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	var errs []error
 	for _, listed := range records {
 		// As it is now: a DEL may have taken it since the listing.
-		r, _, lock, err := conf.Store().LoadLocked(listed.ContainerID)
+		r, _, lock, err := store(conf).LoadLocked(listed.ContainerID)
 		if err != nil {
 			if lock != nil {
 				err = errors.Join(err, lock.Unlock())
@@ -349,11 +212,11 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 				errs = append(errs, fmt.Errorf("detaching %s of %s: %w", i.Interface, r.ContainerID, err))
 				continue
 			}
-			log.V(vInfo).Info("Detached a container the runtime no longer has", "containerID", r.ContainerID,
+			log.V(cniapi.LogInfo).Info("Detached a container the runtime no longer has", "containerID", r.ContainerID,
 				"interface", i.Interface, "network", i.Network, "hostVeth", i.HostVeth)
 			gone = append(gone, i.Interface)
 		}
-		if err := conf.Store().Forget(r, gone); err != nil {
+		if err := store(conf).Forget(r, gone); err != nil {
 			errs = append(errs, err)
 		}
 		if err := lock.Unlock(); err != nil {
@@ -368,7 +231,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 	// configuration's, a valid container's, one that failed to go) and
 	// those made since the listing: an ADD or a hot-plug records before it
 	// makes one, so the records read after the host ends know them all.
-	records, unreadable, err := conf.Store().List()
+	records, unreadable, err := store(conf).List()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -391,7 +254,7 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 				errs = append(errs, err)
 				continue
 			}
-			log.V(vInfo).Info("Deleted a host end no record knows", "hostVeth", v.Attrs().Name)
+			log.V(cniapi.LogInfo).Info("Deleted a host end no record knows", "hostVeth", v.Attrs().Name)
 		}
 	}
 	return errors.Join(errs...)
@@ -399,8 +262,8 @@ func cmdGC(ctx context.Context, conf *Config, _ *skel.CmdArgs) error {
 
 // cmdStatus: the plugin can attach when it can reach the node's namespace
 // and write its records.
-func cmdStatus(_ context.Context, conf *Config, _ *skel.CmdArgs) error {
-	attacher, err := conf.Attacher()
+func cmdStatus(_ context.Context, conf *cniapi.Config, _ *skel.CmdArgs) error {
+	attacher, err := cni.AttacherIn(conf.NodeNetns)
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
@@ -410,3 +273,6 @@ func cmdStatus(_ context.Context, conf *Config, _ *skel.CmdArgs) error {
 	}
 	return nil
 }
+
+// store is where the configuration's attachments are recorded.
+func store(conf *cniapi.Config) cni.Store { return cni.Store{Dir: conf.DataDir} }

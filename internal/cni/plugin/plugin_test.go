@@ -17,6 +17,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/backend/linux"
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/netdev/ifname"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
@@ -24,7 +25,7 @@ import (
 // netconf is a configuration as the runtime passes it on stdin.
 func netconf(t *testing.T, dataDir string, extra map[string]any) []byte {
 	t.Helper()
-	c := map[string]any{"cniVersion": "1.1.0", "name": "netop-test", "type": Type, "socket": filepath.Join(dataDir, "nobody.sock"), "dataDir": dataDir}
+	c := map[string]any{"cniVersion": "1.1.0", "name": "netop-test", "type": cniapi.Type, "socket": filepath.Join(dataDir, "nobody.sock"), "dataDir": dataDir}
 	for k, v := range extra {
 		c[k] = v
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/cni"
 	"github.com/netop-dev/netop/internal/cni/allocated"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 )
@@ -29,7 +29,7 @@ import (
 // is the server's: the command's own is callerCtx (which ends when the
 // plugin exits) bounded by the configuration's timeout, and the
 // network-status written after it by the server's.
-func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, args *skel.CmdArgs, podNetns string) (_ *current.Result, err error) {
+func (s *Server) add(serverCtx, callerCtx context.Context, conf *cniapi.Config, args *skel.CmdArgs, podNetns string) (_ *current.Result, err error) {
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	if conf.PrevResult != nil {
 		var err error
@@ -37,11 +37,11 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 			return nil, fmt.Errorf("prevResult: %w", err)
 		}
 	}
-	pa, err := plugin.LoadPodArgs(args.Args)
+	pa, err := cniapi.LoadPodArgs(args.Args)
 	if err != nil {
 		return nil, fmt.Errorf("CNI_ARGS: %w", err)
 	}
-	logger := klog.FromContext(serverCtx).WithValues(plugin.Invocation("ADD", args)...)
+	logger := klog.FromContext(serverCtx).WithValues(cniapi.Invocation("ADD", args)...)
 	if pa.K8S_POD_NAME == "" {
 		if conf.Network != "" {
 			return nil, errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
@@ -87,12 +87,12 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *plugin.Config, 
 	}
 
 	defer func(start time.Time) { s.observe(metrics.CNIPhaseAttach, start, err) }(time.Now())
-	attacher, err := conf.Attacher()
+	attacher, err := cni.AttacherIn(conf.NodeNetns)
 	if err != nil {
 		return nil, err
 	}
 	defer attacher.Close()
-	store := conf.Store()
+	store := cni.Store{Dir: conf.DataDir}
 	// Held until the record says what stands: a DEL the runtime sends
 	// after killing the plugin waits for this ADD's undo, or ran before,
 	// and then the plugin is gone and nothing is attached.

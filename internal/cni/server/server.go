@@ -17,15 +17,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -38,7 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/metrics"
 )
 
@@ -186,7 +183,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 	logger := klog.FromContext(ctx)
 	// gone: the plugin exited before its answer, which nobody reads.
 	gone := false
-	resp := func() plugin.Response {
+	resp := func() cniapi.Response {
 		// Whoever may ask decides which pods get which addresses, as the
 		// runtime does: root on the node only, whatever the socket's
 		// file mode says.
@@ -195,7 +192,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 			return failure(err)
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(ioTimeout))
-		req, files, err := readRequest(conn)
+		req, files, err := cniapi.ReadRequest(conn)
 		defer func() {
 			for _, f := range files {
 				_ = f.Close()
@@ -204,7 +201,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		if err != nil {
 			return failure(fmt.Errorf("reading the request: %w", err))
 		}
-		if err := servable(req, files); err != nil {
+		if err := cniapi.Servable(req, files); err != nil {
 			logger.Error(err, "Refused a CNI request", "command", req.Command)
 			return failure(err)
 		}
@@ -224,9 +221,9 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 		gone = errors.Is(context.Cause(callerCtx), errCallerGone)
 		if resp.Error != nil {
 			if gone {
-				logger.Info("The plugin exited before its answer (killed by the runtime at its timeout?); the ADD is undone", append(plugin.Invocation("ADD", req.Args), "error", resp.Error.Error())...)
+				logger.Info("The plugin exited before its answer (killed by the runtime at its timeout?); the ADD is undone", append(cniapi.Invocation("ADD", req.Args), "error", resp.Error.Error())...)
 			} else {
-				logger.Error(resp.Error, "CNI ADD failed", plugin.Invocation("ADD", req.Args)...)
+				logger.Error(resp.Error, "CNI ADD failed", cniapi.Invocation("ADD", req.Args)...)
 			}
 		}
 		return resp
@@ -238,79 +235,6 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) {
 	if err := json.NewEncoder(conn).Encode(resp); err != nil {
 		logger.Error(err, "Answering the CNI plugin")
 	}
-}
-
-// servable says why req, with files passed along it, is not served, or
-// nil.
-func servable(req plugin.Request, files []*os.File) error {
-	switch {
-	case req.Protocol != plugin.Protocol:
-		return fmt.Errorf("the plugin speaks protocol %d to netop's node side, which speaks %d: they are of different netop versions; "+
-			"install the netop-cni of the node side's version (an agent with --install-cni does when it starts)", req.Protocol, plugin.Protocol)
-	case req.Command != "ADD" || req.Args == nil:
-		return fmt.Errorf("command %q: only ADD is served (the plugin runs the others itself)", req.Command)
-	case len(files) != len(req.Files):
-		return fmt.Errorf("the request names %d files (%v) and passes %d", len(req.Files), req.Files, len(files))
-	}
-	// Each one, or the ADD would act on a path of the plugin's view of the
-	// node here (the node namespace: this process's own).
-	for _, name := range []string{plugin.FilePodNetns, plugin.FileDataDir, plugin.FileNodeNetns} {
-		if !slices.Contains(req.Files, name) {
-			return fmt.Errorf("the request passes no file %q (it passes %v)", name, req.Files)
-		}
-	}
-	return nil
-}
-
-// maxRequest bounds a request: a network configuration with the previous
-// plugins' result, a few kilobytes; maxFiles the files passed along it.
-const (
-	maxRequest = 1 << 20
-	maxFiles   = 3
-)
-
-// readRequest reads a request to its end, with the files passed along it.
-func readRequest(conn *net.UnixConn) (req plugin.Request, files []*os.File, err error) {
-	var data []byte
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, syscall.CmsgSpace(4*maxFiles))
-	for len(data) <= maxRequest {
-		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-		data = append(data, buf[:n]...)
-		if oobn > 0 {
-			received, perr := receivedFiles(oob[:oobn])
-			files = append(files, received...)
-			if perr != nil {
-				return req, files, perr
-			}
-		}
-		if errors.Is(err, io.EOF) || err == nil && n == 0 && oobn == 0 {
-			return req, files, json.Unmarshal(data, &req)
-		}
-		if err != nil {
-			return req, files, err
-		}
-	}
-	return req, files, fmt.Errorf("longer than %d bytes", maxRequest)
-}
-
-// receivedFiles are the files of a control message (SCM_RIGHTS).
-func receivedFiles(oob []byte) ([]*os.File, error) {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var files []*os.File
-	for _, m := range msgs {
-		fds, err := syscall.ParseUnixRights(&m)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), "passed"))
-		}
-	}
-	return files, nil
 }
 
 // rootCaller checks that the peer runs as root, and returns its process
@@ -479,13 +403,13 @@ func callerPidfd(ctx context.Context, conn *net.UnixConn, pid int) (*os.File, er
 // makes its answer; ctx is the server's. passed are the paths, here, of
 // the files the plugin opened, by their names in the request: they stand
 // for the paths the plugin has.
-func (s *Server) handleAdd(ctx, callerCtx context.Context, req plugin.Request, passed map[string]string) plugin.Response {
-	conf, err := plugin.LoadConfig(req.Args.StdinData)
+func (s *Server) handleAdd(ctx, callerCtx context.Context, req cniapi.Request, passed map[string]string) cniapi.Response {
+	conf, err := cniapi.LoadConfig(req.Args.StdinData)
 	if err != nil {
 		return failure(err)
 	}
-	conf.DataDir, conf.NodeNetns = passed[plugin.FileDataDir], passed[plugin.FileNodeNetns]
-	result, err := s.add(ctx, callerCtx, conf, req.Args, passed[plugin.FilePodNetns])
+	conf.DataDir, conf.NodeNetns = passed[cniapi.FileDataDir], passed[cniapi.FileNodeNetns]
+	result, err := s.add(ctx, callerCtx, conf, req.Args, passed[cniapi.FilePodNetns])
 	if err != nil {
 		return failure(err)
 	}
@@ -497,17 +421,17 @@ func (s *Server) handleAdd(ctx, callerCtx context.Context, req plugin.Request, p
 	if err != nil {
 		return failure(err)
 	}
-	return plugin.Response{Result: data}
+	return cniapi.Response{Result: data}
 }
 
 // failure is the answer for err: a CNI error as it is, any other as the
 // spec's generic one.
-func failure(err error) plugin.Response {
+func failure(err error) cniapi.Response {
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) {
 		cniErr = &types.Error{Code: types.ErrInternal, Msg: err.Error()}
 	}
-	return plugin.Response{Error: cniErr}
+	return cniapi.Response{Error: cniErr}
 }
 
 // changes tells the ADDs waiting for a pod that the cache's copy of it

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/controller/runner"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/metrics"
@@ -153,8 +153,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 
 // desired is the Network's definition.
 func (c *Controller) desired(n *samplecrdv2.Network) (*unstructured.Unstructured, error) {
-	conf := plugin.Config{Socket: c.opts.Socket, DataDir: c.opts.DataDir, Network: n.Namespace + "/" + n.Name}
-	conf.CNIVersion, conf.Name, conf.Type = "1.0.0", n.Name, plugin.Type
+	conf := cniapi.Config{Socket: c.opts.Socket, DataDir: c.opts.DataDir, Network: n.Namespace + "/" + n.Name}
+	conf.CNIVersion, conf.Name, conf.Type = "1.0.0", n.Name, cniapi.Type
 	config, err := json.Marshal(conf)
 	if err != nil {
 		return nil, err

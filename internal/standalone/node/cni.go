@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 )
 
 // PodCIDR is the pods' eth0 network on the nodes, a /24 of it per node,
@@ -45,13 +45,13 @@ func writeCNI(dir string, cfg Config) error {
 			return fmt.Errorf("CNI plugin %s: %w", name, err)
 		}
 	}
-	netopPlugin := filepath.Join(binDir, plugin.Type)
+	netopPlugin := filepath.Join(binDir, cniapi.Type)
 	_ = os.Remove(netopPlugin)
 	if err := os.Symlink(pluginBinary(cfg.Executable), netopPlugin); err != nil {
-		return fmt.Errorf("CNI plugin %s: %w", plugin.Type, err)
+		return fmt.Errorf("CNI plugin %s: %w", cniapi.Type, err)
 	}
-	netop := plugin.Config{Socket: plugin.DefaultSocket, DataDir: CNIDataDir(cfg.DataDir)}
-	netop.Type = plugin.Type
+	netop := cniapi.Config{Socket: cniapi.DefaultSocket, DataDir: CNIDataDir(cfg.DataDir)}
+	netop.Type = cniapi.Type
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       PodNetwork,
@@ -87,7 +87,7 @@ func writeCNI(dir string, cfg Config) error {
 // 6 MB, the standalone's, which links the whole cluster, in about 45 ms
 // and 110 MB.
 func pluginBinary(executable string) string {
-	thin := filepath.Join(filepath.Dir(executable), plugin.Type)
+	thin := filepath.Join(filepath.Dir(executable), cniapi.Type)
 	if fi, err := os.Stat(thin); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
 		return thin
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 )
 
 func requireBusybox(t *testing.T) {
@@ -132,18 +132,18 @@ func TestWriteCNI(t *testing.T) {
 		t.Errorf("plugin %+v", p)
 	}
 	// netop's plugin chained after it, asking netop on the node's socket.
-	if p := conf.Plugins[1]; p.Type != plugin.Type || p.Socket != plugin.DefaultSocket || p.NodeNetns != "" || p.DataDir != filepath.Join(dir, "cni/netop") {
+	if p := conf.Plugins[1]; p.Type != cniapi.Type || p.Socket != cniapi.DefaultSocket || p.NodeNetns != "" || p.DataDir != filepath.Join(dir, "cni/netop") {
 		t.Errorf("netop plugin %+v", p)
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != cfg.Executable {
-		t.Errorf("%s -> %q (%v)", plugin.Type, target, err)
+	if target, err := os.Readlink(filepath.Join(dir, "cni/bin", cniapi.Type)); err != nil || target != cfg.Executable {
+		t.Errorf("%s -> %q (%v)", cniapi.Type, target, err)
 	}
 
 	// The thin plugin beside the standalone's binary is the one the
 	// runtime executes; a file of its name that cannot be executed is not.
 	bin := t.TempDir()
 	cfg.Executable = filepath.Join(bin, "netop-standalone")
-	thin := filepath.Join(bin, plugin.Type)
+	thin := filepath.Join(bin, cniapi.Type)
 	for _, tc := range []struct {
 		mode os.FileMode
 		want string
@@ -157,8 +157,8 @@ func TestWriteCNI(t *testing.T) {
 		if err := writeCNI(dir, cfg); err != nil {
 			t.Fatal(err)
 		}
-		if target, err := os.Readlink(filepath.Join(dir, "cni/bin", plugin.Type)); err != nil || target != tc.want {
-			t.Errorf("%s beside it, mode %v: %s -> %q (%v), want %q", plugin.Type, tc.mode, plugin.Type, target, err, tc.want)
+		if target, err := os.Readlink(filepath.Join(dir, "cni/bin", cniapi.Type)); err != nil || target != tc.want {
+			t.Errorf("%s beside it, mode %v: %s -> %q (%v), want %q", cniapi.Type, tc.mode, cniapi.Type, target, err, tc.want)
 		}
 	}
 }

@@ -43,7 +43,7 @@ import (
 
 	"github.com/netop-dev/netop/internal/admission"
 	"github.com/netop-dev/netop/internal/backend"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
@@ -239,8 +239,8 @@ func Eventually(t testing.TB, timeout time.Duration, cond func(ctx context.Conte
 func StartOperator(t testing.TB, cfg *rest.Config, opts *operator.Options, be backend.Backend) (op *operator.Operator, stop func()) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	if opts.CNISocket == plugin.DefaultSocket {
-		opts.CNISocket = fmt.Sprintf("%s-test-%d-%s", plugin.DefaultSocket, os.Getpid(), rand.Text()[:8])
+	if opts.CNISocket == cniapi.DefaultSocket {
+		opts.CNISocket = fmt.Sprintf("%s-test-%d-%s", cniapi.DefaultSocket, os.Getpid(), rand.Text()[:8])
 	}
 	op, err := operator.New(ctx, cfg, opts, be)
 	if err != nil {

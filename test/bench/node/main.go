@@ -54,7 +54,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/testing/gobuild"
 	"github.com/netop-dev/netop/internal/testing/podprobe"
@@ -164,7 +164,7 @@ func workspace() (binary, dataDir, netns string, done func(), err error) {
 	binary = filepath.Join(tmp, "netop-standalone")
 	err = gobuild.Command(binary, "github.com/netop-dev/netop/cmd/netop-standalone")
 	if err == nil && !*fatPlugin {
-		err = gobuild.Static(filepath.Join(tmp, plugin.Type), gobuild.Plugin)
+		err = gobuild.Static(filepath.Join(tmp, cniapi.Type), gobuild.Plugin)
 	}
 	if err != nil {
 		done()

@@ -41,7 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/netop-dev/netop/internal/cni/plugin"
+	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/install"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/standalone/controlplane"
@@ -290,8 +290,8 @@ func run(c config, dir, whereaboutsDir string) error {
 	netopIPAM := ipam{
 		name: "netop",
 		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
-			pc := plugin.Config{DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
-			pc.Type = plugin.Type
+			pc := cniapi.Config{DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
+			pc.Type = cniapi.Type
 			return confList("netop-"+s.name, pc)
 		},
 		podMeta: func(s scenario) map[string]string { return map[string]string{netselect.NetworksAnnotation: s.name} },
@@ -413,7 +413,7 @@ func build(bin, version string) (string, error) {
 	if err := gobuild.Command(filepath.Join(bin, "netop"), "./cmd/netop"); err != nil {
 		return "", err
 	}
-	if err := gobuild.Static(filepath.Join(bin, plugin.Type), gobuild.Plugin); err != nil {
+	if err := gobuild.Static(filepath.Join(bin, cniapi.Type), gobuild.Plugin); err != nil {
 		return "", err
 	}
 	moduleDir, err := whereabouts.Build(filepath.Join(bin, "whereabouts"), version)
