@@ -109,6 +109,9 @@ func New(ctx context.Context, client versioned.Interface, kube kubernetes.Interf
 	return c, nil
 }
 
+// deploymentKind is the kind of the Networks' owners.
+var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
+
 // networkChanged enqueues the Deployment that owns a Network; a Network
 // in the cache needs no pending cidr in the pool any more.
 func (c *Controller) networkChanged(obj any) {
@@ -131,7 +134,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if d.DeletionTimestamp != nil {
 		return nil
 	}
-	cidr, wanted, err := Wanted(d.Annotations)
+	cidr, wanted, err := netselect.DeploymentWants(d.Annotations)
 	if err != nil {
 		c.recorder.Event(d, corev1.EventTypeWarning, ReasonInvalidAnnotation, err.Error())
 		return nil
@@ -148,7 +151,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	case err != nil:
 		return err
-	case !metav1.IsControlledBy(n, d) && (n.DeletionTimestamp != nil || OfDeploymentNamed(n, d.Name)):
+	case !metav1.IsControlledBy(n, d) && (n.DeletionTimestamp != nil || netselect.OfDeploymentNamed(n, d.Name)):
 		// An earlier Deployment's of this name, going or about to be
 		// collected: its deletion brings this one's.
 		return nil
@@ -162,35 +165,6 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		}
 	}
 	return c.attachTemplate(ctx, d)
-}
-
-// OfDeploymentNamed says whether a Network is the one of a Deployment of
-// that name (its controller), whatever that Deployment's UID.
-func OfDeploymentNamed(n *samplecrdv2.Network, name string) bool {
-	owner, ok := runner.ControllerOf(n, deploymentKind)
-	return ok && owner.Name == name
-}
-
-// deploymentKind is the kind of the Networks' owners.
-var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
-
-// Wanted reads a Deployment's annotations: whether it asks for a Network,
-// and the cidr it names (invalid for one from the pool).
-func Wanted(annotations map[string]string) (netip.Prefix, bool, error) {
-	mode, auto := annotations[samplecrd.DeploymentNetworkAnnotation]
-	explicit, hasCIDR := annotations[samplecrd.DeploymentNetworkCIDRAnnotation]
-	if auto && mode != samplecrd.DeploymentNetworkAuto {
-		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not %q; for a cidr of your choice use %s",
-			samplecrd.DeploymentNetworkAnnotation, mode, samplecrd.DeploymentNetworkAuto, samplecrd.DeploymentNetworkCIDRAnnotation)
-	}
-	if !hasCIDR {
-		return netip.Prefix{}, auto, nil
-	}
-	cidr, err := netip.ParsePrefix(explicit)
-	if err != nil {
-		return netip.Prefix{}, false, fmt.Errorf("annotation %s: %q is not a cidr such as 10.1.0.0/24: %w", samplecrd.DeploymentNetworkCIDRAnnotation, explicit, err)
-	}
-	return cidr.Masked(), true, nil
 }
 
 // create makes the Deployment's Network, with a cidr from the pool unless
@@ -264,17 +238,11 @@ func (c *Controller) updateCIDR(ctx context.Context, d *appsv1.Deployment, n *sa
 	return nil
 }
 
-// TemplateNetworks is the pod template's Multus annotation with the
-// Deployment's Network listed, and whether it had to be added.
-func TemplateNetworks(d *appsv1.Deployment) (string, bool, error) {
-	return netselect.WithNetwork(d.Spec.Template.Annotations[netselect.NetworksAnnotation], d.Namespace, d.Name)
-}
-
 // attachTemplate lists the Network in the pod template's Multus
 // annotation, where admission did not (the webhook was down, or the
 // Deployment predates netop): a rollout, so that the pods join it.
 func (c *Controller) attachTemplate(ctx context.Context, d *appsv1.Deployment) error {
-	annotation, added, err := TemplateNetworks(d)
+	annotation, added, err := netselect.TemplateNetworks(d)
 	if err != nil {
 		c.recorder.Eventf(d, corev1.EventTypeWarning, ReasonInvalidAnnotation, "The pod template's %v; its pods cannot join Network %s", err, d.Name)
 		return nil

@@ -21,6 +21,8 @@ import (
 
 	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/webhook"
+
+	"github.com/netop-dev/netop/internal/webhook/patch"
 )
 
 // Injector is the Pod webhook.
@@ -182,7 +184,7 @@ func inject(pod *corev1.Pod, tmpl *envoy.Template) *admissionv1.AdmissionRespons
 // skip admits the pod unchanged but for an annotation that says why it got
 // no sidecar.
 func skip(pod *corev1.Pod, reason string) *admissionv1.AdmissionResponse {
-	resp := webhook.Patched(envoy.AnnotationOps(nil, "", pod.Annotations, map[string]string{envoy.Skipped: reason}))
+	resp := webhook.Patched(patch.AnnotationOps(nil, "", pod.Annotations, map[string]string{envoy.Skipped: reason}))
 	resp.Warnings = []string{"envoy sidecar not injected: " + reason}
 	return resp
 }

@@ -23,6 +23,8 @@ import (
 
 	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/webhook"
+
+	"github.com/netop-dev/netop/internal/webhook/patch"
 )
 
 // Injector is the workload webhook's handler.
@@ -87,7 +89,7 @@ func (i *Injector) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	ops := tmpl.InjectOps(w.Path, w.Template.Annotations, spec)
 	if _, ok := w.Meta.Annotations[envoy.Skipped]; ok {
-		ops = append(ops, envoy.RemoveAnnotationOp("", envoy.Skipped))
+		ops = append(ops, patch.RemoveAnnotationOp("", envoy.Skipped))
 	}
 	logger.V(1).Info("Injected envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	if !dryRun && i.Recorder != nil {
@@ -105,7 +107,7 @@ func (i *Injector) skip(w webhook.Workload, dryRun bool, reason string) *admissi
 	}
 	var ops []jsonpatch.Operation
 	if w.Meta.Annotations[envoy.Skipped] != reason {
-		ops = envoy.AnnotationOps(nil, "", w.Meta.Annotations, map[string]string{envoy.Skipped: reason})
+		ops = patch.AnnotationOps(nil, "", w.Meta.Annotations, map[string]string{envoy.Skipped: reason})
 	}
 	resp := webhook.Patched(ops)
 	resp.Warnings = []string{"envoy sidecar not injected: " + reason}

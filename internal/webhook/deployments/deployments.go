@@ -21,11 +21,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/netop-dev/netop/internal/controller/deploynet"
 	"github.com/netop-dev/netop/internal/netselect"
-	"github.com/netop-dev/netop/internal/sidecar/envoy"
 	"github.com/netop-dev/netop/internal/webhook"
 	samplecrdlisters "github.com/netop-dev/netop/pkg/generated/listers/samplecrd/v2"
+
+	"github.com/netop-dev/netop/internal/webhook/patch"
 )
 
 // Attacher is the Deployment webhook's handler.
@@ -46,7 +46,7 @@ func (a *Attacher) Admit(_ context.Context, req *admissionv1.AdmissionRequest) *
 	if d.Namespace == "" {
 		d.Namespace = req.Namespace
 	}
-	_, wanted, err := deploynet.Wanted(d.Annotations)
+	_, wanted, err := netselect.DeploymentWants(d.Annotations)
 	if err != nil {
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "metadata.annotations: "+err.Error())
 	}
@@ -62,18 +62,18 @@ func (a *Attacher) Admit(_ context.Context, req *admissionv1.AdmissionRequest) *
 	// The Network of an earlier Deployment of this name (deleted a moment
 	// ago, its Network not yet collected, or going) is no conflict: the
 	// new one follows it.
-	if n, err := a.Networks.Networks(d.Namespace).Get(d.Name); err == nil && n.DeletionTimestamp == nil && !deploynet.OfDeploymentNamed(n, d.Name) {
+	if n, err := a.Networks.Networks(d.Namespace).Get(d.Name); err == nil && n.DeletionTimestamp == nil && !netselect.OfDeploymentNamed(n, d.Name) {
 		return webhook.Denied(http.StatusConflict, metav1.StatusReasonAlreadyExists,
 			fmt.Sprintf("metadata.annotations: Network %s/%s exists and is not this Deployment's: its pods would join it; name the Deployment otherwise or drop the annotation", d.Namespace, d.Name))
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return webhook.Denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
 	}
-	annotation, added, err := deploynet.TemplateNetworks(d)
+	annotation, added, err := netselect.TemplateNetworks(d)
 	if err != nil {
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "spec.template.metadata.annotations: "+err.Error())
 	}
 	if !added {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	return webhook.Patched(envoy.AnnotationOps(nil, "/spec/template", d.Spec.Template.Annotations, map[string]string{netselect.NetworksAnnotation: annotation}))
+	return webhook.Patched(patch.AnnotationOps(nil, "/spec/template", d.Spec.Template.Annotations, map[string]string{netselect.NetworksAnnotation: annotation}))
 }
