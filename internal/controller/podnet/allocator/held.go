@@ -129,8 +129,8 @@ func (al *Allocator) Settle(name cache.ObjectName, uid types.UID, allocations, f
 	al.freed(networksOf(freed))
 }
 
-// Written tells of the Networks of allocations the controller wrote on
-// their pod, new or now detaching: what Held and Retire count changed.
+// Written: the controller wrote allocations on their pod, new or now
+// detaching; their Networks are told (OnUsageChanged).
 func (al *Allocator) Written(allocations []netselect.Allocation) {
 	for _, n := range networksOf(allocations) {
 		al.changed(n)
