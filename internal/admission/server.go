@@ -47,7 +47,7 @@ type Deps struct {
 	Networks  cache.SharedIndexInformer
 	Templates corelisters.ConfigMapLister
 	// Addresses says who holds Networks' addresses; Pins checks the
-	// addresses pods pin (both the allocation controller).
+	// addresses pods pin (both the allocation controller's allocator).
 	Addresses networks.AddressHolders
 	Pins      podnetworks.Pins
 	// Namespaces is the namespace cache: their labels say which Networks

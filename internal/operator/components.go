@@ -63,7 +63,7 @@ var components = []component{{
 		if err != nil {
 			return nil, err
 		}
-		s.addresses = c
+		s.addresses = c.Allocator()
 		return c, nil
 	},
 }, {

@@ -26,7 +26,7 @@ import (
 	"github.com/netop-dev/netop/internal/backend/agents"
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/controller/podnet"
+	"github.com/netop-dev/netop/internal/controller/podnet/allocator"
 	"github.com/netop-dev/netop/internal/eventsink"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/leader"
@@ -73,9 +73,9 @@ type shared struct {
 	firewall *linux.Firewall
 	// synced is closed once every cache is synced.
 	synced chan struct{}
-	// addresses is the address allocation, which the Network controller
-	// and admission read: built before them (components.go).
-	addresses *podnet.Controller
+	// addresses is the address allocation's allocator, which the Network
+	// controller and admission read: built before them (components.go).
+	addresses *allocator.Allocator
 }
 
 // factory is an informer factory: started with the others, shut down

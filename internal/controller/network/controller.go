@@ -71,7 +71,7 @@ type Options struct {
 }
 
 // AddressUsage is how pods use Networks' addresses: the allocation
-// controller, the one that hands them out.
+// controller's allocator, the one that hands them out.
 type AddressUsage interface {
 	// Usage counts the addresses pods hold, those left, and those the
 	// Network reserves, as status shows them.

@@ -3,7 +3,6 @@ package podnet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,13 +12,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netop-dev/netop/internal/controller/podnet/allocator"
 	"github.com/netop-dev/netop/internal/metrics"
 	"github.com/netop-dev/netop/internal/netselect"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -59,30 +58,6 @@ func cached(t *testing.T, pods kubeinformers.SharedInformerFactory, nets informe
 	return have
 }
 
-// A replica that does not lead runs no sync, so its pools never learn of
-// the leader's allocations; Held, which the Network webhook asks on every
-// replica, must still count the pods that hold addresses (from the pods
-// cache), or a cidr could move under them.
-func TestHeldOnAReplicaThatDoesNotLead(t *testing.T) {
-	c, pods, _ := newTestController(t, kubefake.NewClientset())
-	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "net-uid"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.70.0.0/24"}}}
-	if h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3); err != nil || h.Count != 0 {
-		t.Fatalf("no pods yet: %+v %v", h, err)
-	}
-	// The leader allocates; this replica's cache sees the pod.
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-uid", Annotations: map[string]string{
-		netselect.AllocationsAnnotation: `[{"network":"ns/n","networkUID":"net-uid","interface":"net1","ips":["10.70.0.2/24"],"mac":"0a:58:0a:46:00:02"}]`,
-	}}}
-	if err := pods.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-		t.Fatal(err)
-	}
-	h, err := c.Held(network, netip.MustParsePrefix("10.70.0.0/24"), 3)
-	if err != nil || h.Count != 1 || len(h.Pods) != 1 || h.Pods[0] != "ns/p" {
-		t.Fatalf("after the leader's allocation: %+v %v, want ns/p", h, err)
-	}
-}
-
 // A running pod's added Network whose write fails (a conflict) gives its
 // address back, and says so: a Network being deleted counted it while
 // the write was under way, and waits to be told (CI of 9245ce6, the
@@ -94,7 +69,7 @@ func TestFailedHotPlugWriteTellsTheNetwork(t *testing.T) {
 	})
 	c, _, nets := newTestController(t, kube)
 	var told []string
-	c.OnUsageChanged(func(n cache.ObjectName) { told = append(told, n.String()) })
+	c.Allocator().OnUsageChanged(func(n cache.ObjectName) { told = append(told, n.String()) })
 	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", UID: "late-uid"},
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.95.0.0/24"}}}
 	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(network); err != nil {
@@ -112,92 +87,8 @@ func TestFailedHotPlugWriteTellsTheNetwork(t *testing.T) {
 	if !slices.Contains(told, "ns/late") {
 		t.Errorf("Networks told of a change: %v, want ns/late", told)
 	}
-	if h, err := c.Held(network, netip.Prefix{}, 1); err != nil || h.Count != 0 {
+	if h, err := c.Allocator().Held(network, netip.Prefix{}, 1); err != nil || h.Count != 0 {
 		t.Errorf("holders of late after the failed write: %+v %v, want none", h, err)
-	}
-}
-
-// No two interfaces on a Network share a MAC, whose bridge would send one's
-// frames to the other: a pod that pins the MAC another pod's interface on
-// it has waits (its predecessor may be leaving), and gets it once that one
-// is gone; on another Network it is free. A controller that starts (a new
-// leader) knows the MACs from the pods' allocations.
-func TestPinnedMACIsOnePods(t *testing.T) {
-	c, _, nets := newTestController(t, kubefake.NewClientset())
-	for _, n := range []*samplecrdv2.Network{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "a-uid"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.71.0.0/24"}}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", UID: "b-uid"}, Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.72.0.0/24"}}},
-	} {
-		if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod := func(name string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid")}}
-	}
-	pinning := func(network string) []netselect.Selection {
-		t.Helper()
-		selections, err := netselect.Parse(`[{"name":"`+network+`","mac":"02:00:00:00:00:07"}]`, "ns")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return selections
-	}
-	first, err := c.allocate(pod("first"), pinning("a"))
-	if err != nil || first[0].MAC != "02:00:00:00:00:07" {
-		t.Fatalf("first: %+v %v", first, err)
-	}
-	var wait *waitError
-	if _, err := c.allocate(pod("second"), pinning("a")); !errors.As(err, &wait) || wait.refused || !strings.Contains(wait.msg, "mac 02:00:00:00:00:07: another pod's interface on it has it") {
-		t.Fatalf("second, the same MAC on the same Network: %v, want it to wait, saying why", err)
-	}
-	if got, err := c.allocate(pod("other"), pinning("b")); err != nil || got[0].MAC != "02:00:00:00:00:07" {
-		t.Fatalf("the same MAC on another Network: %+v %v", got, err)
-	}
-	if allocated, _ := c.pools["a-uid"].usage(); allocated != 1 {
-		t.Errorf("a after the refusal: %d addresses handed out, want first's alone", allocated)
-	}
-	c.release(cache.ObjectName{Namespace: "ns", Name: "first"}, "first-uid")
-	if got, err := c.allocate(pod("second"), pinning("a")); err != nil || got[0].MAC != "02:00:00:00:00:07" {
-		t.Fatalf("second, once first is gone: %+v %v", got, err)
-	}
-
-	// A new leader, whose pods cache has second's allocation.
-	leader, leaderPods, leaderNets := newTestController(t, kubefake.NewClientset())
-	for _, n := range nets.Samplecrd().V2().Networks().Informer().GetIndexer().List() {
-		if err := leaderNets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	held := pod("second")
-	held.Annotations = map[string]string{netselect.AllocationsAnnotation: `[{"network":"ns/a","networkUID":"a-uid","interface":"net1","ips":["10.71.0.2/24"],"mac":"02:00:00:00:00:07"}]`}
-	if err := leaderPods.Core().V1().Pods().Informer().GetIndexer().Add(held); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leader.allocate(pod("third"), pinning("a")); !errors.As(err, &wait) || !strings.Contains(wait.msg, "mac 02:00:00:00:00:07") {
-		t.Fatalf("third, on a new leader: %v, want it to wait for second's MAC", err)
-	}
-}
-
-// The MACs netop makes from addresses are kept apart from pinned ones: two
-// interfaces whose addresses end alike (IPv6 addresses equal in their last
-// four bytes) get the same made MAC, as before, and neither waits for the
-// other, whose bridge port it never was to share with a pin.
-func TestMadeMACsDoNotWait(t *testing.T) {
-	c, _, nets := newTestController(t, kubefake.NewClientset())
-	if err := nets.Samplecrd().V2().Networks().Informer().GetIndexer().Add(&samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "v6", UID: "v6-uid"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"fd00:71::/64"}}}); err != nil {
-		t.Fatal(err)
-	}
-	for i, ip := range []string{"fd00:71::1:0:0:7", "fd00:71::7"} {
-		selections, err := netselect.Parse(`[{"name":"v6","ips":["`+ip+`"]}]`, "ns")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("p%d-uid", i))}}
-		if got, err := c.allocate(pod, selections); err != nil || got[0].MAC != "0a:58:00:00:00:07" {
-			t.Fatalf("%s: %+v %v, want it allocated with its made MAC", ip, got, err)
-		}
 	}
 }
 
@@ -213,7 +104,8 @@ func TestPinnedMACAskedForAgain(t *testing.T) {
 		netselect.AllocationsAnnotation: `[{"network":"ns/x","networkUID":"x-uid","interface":"net2","ips":["10.73.0.2/24"],"mac":"` + pinned + `","detaching":true}]`,
 		netselect.DetachedAnnotation:    "net2/x-uid",
 	}}, Spec: corev1.PodSpec{NodeName: "node"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	c, pods, nets := newTestController(t, kubefake.NewClientset(pod))
+	kube := kubefake.NewClientset(pod)
+	c, pods, nets := newTestController(t, kube)
 	have := cached(t, pods, nets, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", UID: "x-uid"},
 		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.73.0.0/24"}}}, pod)
 	selections, err := netselect.Parse(pod.Annotations[netselect.NetworksAnnotation], "ns")
@@ -223,15 +115,19 @@ func TestPinnedMACAskedForAgain(t *testing.T) {
 	if err := c.follow(context.Background(), pod, have, selections); err != nil {
 		t.Fatalf("follow: %v", err)
 	}
-	if got := c.held[cache.ObjectName{Namespace: "ns", Name: "p"}].allocations; len(got) != 1 || got[0].Detaching || got[0].MAC != pinned {
-		t.Fatalf("p holds %+v, want net2 again with %s", got, pinned)
+	written, err := kube.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := netselect.ParseAllocations(written.Annotations[netselect.AllocationsAnnotation]); err != nil || len(got) != 1 || got[0].Detaching || got[0].MAC != pinned {
+		t.Fatalf("p holds %+v %v, want net2 again with %s", got, err, pinned)
 	}
 	other, err := netselect.Parse(`[{"name":"x","mac":"`+pinned+`"}]`, "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wait *waitError
-	if _, err := c.allocate(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q", UID: "q-uid"}}, other); !errors.As(err, &wait) {
+	var wait *allocator.WaitError
+	if _, err := c.Allocator().Allocate(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "q", UID: "q-uid"}}, other); !errors.As(err, &wait) {
 		t.Errorf("another pod pinning p's MAC: %v, want it to wait", err)
 	}
 }
@@ -248,12 +144,73 @@ func TestUnboundRemovalFreedOnceWritten(t *testing.T) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("bound meanwhile"))
 	})
 	c, pods, nets := newTestController(t, kube)
-	have := cached(t, pods, nets, &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
-		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.74.0.0/24"}}}, pod)
+	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.74.0.0/24"}}}
+	have := cached(t, pods, nets, network, pod)
 	if err := c.follow(context.Background(), pod, have, nil); !apierrors.IsConflict(err) {
 		t.Fatalf("follow: %v, want the conflict", err)
 	}
-	if owner := c.pools["n-uid"].of(netip.MustParseAddr("10.74.0.2")).Owner(netip.MustParseAddr("10.74.0.2")); owner != ownerKey("p-uid", "net1") {
-		t.Errorf("10.74.0.2 after the failed write: held by %q, want still p's", owner)
+	if usage, err := c.Allocator().Usage(network); err != nil || usage.Allocated != 1 {
+		t.Errorf("n after the failed write: %+v %v, want p's 10.74.0.2 still held", usage, err)
+	}
+}
+
+// sync writes a new pod's allocations on it, as netop's annotation and
+// Multus's network-status, and tells the Network; a pod that asks for an
+// address that can never be its (of another prefix length) has the
+// refusal written on it, for its node to fail its sandbox with; a pod
+// that went frees its addresses.
+func TestSyncWritesAllocationsAndRefusals(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "p-uid", Annotations: map[string]string{
+		netselect.NetworksAnnotation: "n",
+	}}}
+	refused := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g", UID: "g-uid", Annotations: map[string]string{
+		netselect.NetworksAnnotation: `[{"name":"n","ips":["10.75.0.9/16"]}]`,
+	}}}
+	kube := kubefake.NewClientset(pod, refused)
+	c, pods, nets := newTestController(t, kube)
+	var told []string
+	c.Allocator().OnUsageChanged(func(n cache.ObjectName) { told = append(told, n.String()) })
+	network := &samplecrdv2.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", UID: "n-uid"},
+		Spec: samplecrdv2.NetworkSpec{CIDRs: []string{"10.75.0.0/24"}}}
+	cached(t, pods, nets, network, pod)
+	cached(t, pods, nets, network, refused)
+	ctx := context.Background()
+	written := func(name string) *corev1.Pod {
+		t.Helper()
+		p, err := kube.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	if err := c.sync(ctx, cache.ObjectName{Namespace: "ns", Name: "p"}); err != nil {
+		t.Fatalf("sync p: %v", err)
+	}
+	p := written("p")
+	got, err := netselect.ParseAllocations(p.Annotations[netselect.AllocationsAnnotation])
+	if err != nil || len(got) != 1 || !slices.Equal(got[0].IPs, []string{"10.75.0.2/24"}) || p.Annotations[netselect.StatusAnnotation] == "" {
+		t.Fatalf("p's annotations: %v (%v), want 10.75.0.2/24 and network-status", p.Annotations, err)
+	}
+	if !slices.Equal(told, []string{"ns/n"}) {
+		t.Errorf("Networks told: %v, want ns/n", told)
+	}
+
+	if err := c.sync(ctx, cache.ObjectName{Namespace: "ns", Name: "g"}); err != nil {
+		t.Fatalf("sync g: %v", err)
+	}
+	if refusal := written("g").Annotations[netselect.RefusedAnnotation]; !strings.Contains(refusal, "10.75.0.9/16: prefix length 16") {
+		t.Errorf("g's refusal: %q, want the prefix length named", refusal)
+	}
+
+	if err := pods.Core().V1().Pods().Informer().GetIndexer().Delete(pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, cache.ObjectName{Namespace: "ns", Name: "p"}); err != nil {
+		t.Fatalf("sync p once gone: %v", err)
+	}
+	if usage, err := c.Allocator().Usage(network); err != nil || usage.Allocated != 0 || len(told) != 2 {
+		t.Errorf("once p went: %+v %v, told %v; want nothing held, ns/n told again", usage, err, told)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/netop-dev/netop/internal/controller/podnet/allocator"
 	"github.com/netop-dev/netop/internal/netselect"
 )
 
@@ -30,7 +31,7 @@ import (
 func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netselect.Allocation, selections []netselect.Selection) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	name := cache.MetaObjectToName(pod)
-	c.adopt(name, pod.UID, have)
+	c.allocator.Adopt(name, pod.UID, have)
 	change, err := netselect.Diff(have, selections)
 	if err != nil {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "%v; the pod keeps %s", err, describe(netselect.Active(have)))
@@ -64,31 +65,17 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 			adds = append(adds, s)
 		}
 	}
-	var added []netselect.Allocation
-	// What the node took down is freed before anything is added: an
-	// interface removed and asked for again under its name is the same
-	// owner of the same pinned address or MAC, which freeing after would
-	// take from the new one. Down, it is configured nowhere, whether the
+	// What the node took down is freed before anything is added
+	// (allocator.Change). Down, it is configured nowhere, whether the
 	// write below lands or not. What a pod no node runs yet gives up is
 	// freed only once the write lands: until then its node may attach it.
-	c.mu.Lock()
-	for _, a := range takenDown {
-		c.freeLocked(pod.UID, a)
-	}
-	if len(adds) > 0 {
-		added, err = c.allocateLocked(pod, adds)
-	}
-	c.mu.Unlock()
-	for _, a := range takenDown {
-		c.changed(networkName(a))
-		c.wakeNetwork(a.Network)
-	}
-	var wait *waitError
+	added, err := c.allocator.Change(pod, takenDown, adds)
+	var wait *allocator.WaitError
 	switch {
 	case errors.As(err, &wait):
 		// What is removed goes on; the additions wait.
-		c.recorder.Event(pod, corev1.EventTypeWarning, wait.reason, wait.msg)
-		logger.V(1).Info("Pod waits for added networks", "reason", wait.reason, "message", wait.msg)
+		c.recorder.Event(pod, corev1.EventTypeWarning, wait.Reason, wait.Msg)
+		logger.V(1).Info("Pod waits for added networks", "reason", wait.Reason, "message", wait.Msg)
 	case err != nil:
 		return err
 	}
@@ -97,35 +84,14 @@ func (c *Controller) follow(ctx context.Context, pod *corev1.Pod, have []netsele
 	}
 	next = append(next, added...)
 	if err := c.writeChange(ctx, pod, next, len(acked) > 0); err != nil {
-		c.mu.Lock()
-		for _, a := range added {
-			c.freeLocked(pod.UID, a)
-		}
-		c.mu.Unlock()
-		// Counted while the write was under way (a Network being deleted
-		// waits for them): its controller and the pods waiting for an
-		// address learn they are free again.
-		for _, a := range added {
-			c.changed(networkName(a))
-			c.wakeNetwork(a.Network)
-		}
+		c.allocator.Free(pod.UID, added)
 		if apierrors.IsNotFound(err) {
-			c.release(name, pod.UID)
+			c.allocator.Release(name, pod.UID)
 		}
 		return err
 	}
-	c.mu.Lock()
-	for _, a := range unboundFreed {
-		c.freeLocked(pod.UID, a)
-	}
-	c.held[name] = held{uid: pod.UID, allocations: next, written: true}
-	c.mu.Unlock()
-	for _, a := range slices.Concat(added, detaching, unboundFreed) {
-		c.changed(networkName(a))
-	}
-	for _, a := range unboundFreed {
-		c.wakeNetwork(a.Network)
-	}
+	c.allocator.Settle(name, pod.UID, next, unboundFreed)
+	c.allocator.Written(slices.Concat(added, detaching))
 	if len(added) > 0 {
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s", describe(added))
 	}

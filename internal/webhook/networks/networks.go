@@ -47,8 +47,8 @@ type Admission struct {
 }
 
 // AddressHolders counts the pods that hold addresses of family (one of the
-// Network's cidrs) in a Network (the allocation controller), naming up to
-// limit of them.
+// Network's cidrs) in a Network (the allocation controller's allocator),
+// naming up to limit of them.
 type AddressHolders interface {
 	Held(n *samplecrdv2.Network, family netip.Prefix, limit int) (netselect.Holders, error)
 	// HeldIn counts those that hold addresses in r.

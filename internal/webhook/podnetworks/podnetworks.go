@@ -32,7 +32,7 @@ import (
 )
 
 // Pins checks the addresses and MAC a selection pins (the allocation
-// controller).
+// controller's allocator).
 type Pins interface {
 	// CheckPinned says why the addresses cannot be any pod's on network.
 	CheckPinned(network *samplecrdv2.Network, s netselect.Selection) error
