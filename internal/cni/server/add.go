@@ -37,26 +37,12 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *cniapi.Config, 
 			return nil, fmt.Errorf("prevResult: %w", err)
 		}
 	}
-	pa, err := cniapi.LoadPodArgs(args.Args)
-	if err != nil {
-		return nil, fmt.Errorf("CNI_ARGS: %w", err)
-	}
 	logger := klog.FromContext(serverCtx).WithValues(cniapi.Invocation("ADD", args)...)
-	if pa.K8S_POD_NAME == "" {
-		if conf.Network != "" {
-			return nil, errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
-		}
-		logger.V(4).Info("Not a pod: nothing to attach")
-		return result, nil
+	pa, ok, err := s.podToAttach(logger, conf, args)
+	if err != nil {
+		return nil, err
 	}
-	namespace, name := string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)
-	if s.opts.Namespace != "" && namespace != s.opts.Namespace {
-		// Its pods are not in the cache, and it joins none of the
-		// Networks of this netop, which allocates in one namespace.
-		if conf.Network != "" {
-			return nil, fmt.Errorf("pod %s/%s: netop manages namespace %s only", namespace, name, s.opts.Namespace)
-		}
-		logger.V(4).Info("A pod outside the namespace netop manages: nothing to attach")
+	if !ok {
 		return result, nil
 	}
 	timeout, err := conf.AddTimeout()
@@ -65,21 +51,9 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *cniapi.Config, 
 	}
 	ctx, cancel := context.WithTimeout(callerCtx, timeout)
 	defer cancel()
-	waited := time.Now()
-	pod, allocations, err := s.podAllocations(ctx, namespace, name, string(pa.K8S_POD_UID))
-	s.observe(metrics.CNIPhaseAllocation, waited, err)
+	pod, allocations, err := s.allocationsToAttach(ctx, conf, args, pa)
 	if err != nil {
 		return nil, err
-	}
-	// An interface being detached (hot-plug) is not made again: its
-	// addresses are about to be freed.
-	allocations = netselect.Active(allocations)
-	if conf.Network != "" {
-		i := slices.IndexFunc(allocations, func(a netselect.Allocation) bool { return a.Network == conf.Network && a.Interface == args.IfName })
-		if i < 0 {
-			return nil, fmt.Errorf("pod %s/%s: no allocation on Network %s for interface %s", namespace, name, conf.Network, args.IfName)
-		}
-		allocations = allocations[i : i+1]
 	}
 	if len(allocations) == 0 {
 		logger.V(4).Info("The pod joins no Network: nothing to attach")
@@ -87,94 +61,8 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *cniapi.Config, 
 	}
 
 	defer func(start time.Time) { s.observe(metrics.CNIPhaseAttach, start, err) }(time.Now())
-	attacher, err := cni.AttacherIn(conf.NodeNetns)
-	if err != nil {
+	if err := attachAll(ctx, logger, conf, args, pa, podNetns, allocations, result); err != nil {
 		return nil, err
-	}
-	defer attacher.Close()
-	store := cni.Store{Dir: conf.DataDir}
-	// Held until the record says what stands: a DEL the runtime sends
-	// after killing the plugin waits for this ADD's undo, or ran before,
-	// and then the plugin is gone and nothing is attached.
-	record, _, lock, err := store.LoadLocked(args.ContainerID)
-	if lock != nil {
-		defer func() {
-			if err := lock.Unlock(); err != nil {
-				logger.Error(err, "Unlocking the container's record")
-			}
-		}()
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := abandoned(ctx); err != nil {
-		return nil, fmt.Errorf("given up while the container's record was locked (a DEL or hot-plug holding it): %w", err)
-	}
-	record.ContainerID, record.Netns, record.Pod, record.PodUID = args.ContainerID, args.Netns, namespace+"/"+name, string(pa.K8S_POD_UID)
-	// A delegate adds one interface per call.
-	record = record.With(allocated.Interfaces(conf.Name, args.ContainerID, allocations...)...)
-	// Recorded before anything is made, so that a DEL or GC after a crash
-	// here knows what to undo.
-	if err := store.Save(record); err != nil {
-		return nil, err
-	}
-	var made []string
-	// undo takes back what this ADD made and recorded, and returns cause
-	// with whatever it could not undo: that stays in the record, for the
-	// DEL the runtime sends after a failed ADD, or GC, to finish.
-	undo := func(cause error) error {
-		logger.V(4).Info("Undoing the attachments", "interfaces", made)
-		errs := []error{cause}
-		var left []string
-		for _, iface := range made {
-			if err := attacher.Del(args.ContainerID, iface); err != nil {
-				errs = append(errs, fmt.Errorf("undoing %s: %w", iface, err))
-				left = append(left, iface)
-			}
-		}
-		var undone []string
-		for _, a := range allocations {
-			if !slices.Contains(left, a.Interface) {
-				undone = append(undone, a.Interface)
-			}
-		}
-		if err := store.Forget(record, undone); err != nil {
-			errs = append(errs, fmt.Errorf("undoing: %w", err))
-		}
-		return errors.Join(errs...)
-	}
-	for _, a := range allocations {
-		if err := abandoned(ctx); err != nil {
-			return nil, undo(err)
-		}
-		at, err := allocated.Attachment(args.ContainerID, podNetns, a)
-		if err != nil {
-			return nil, undo(err)
-		}
-		made = append(made, a.Interface)
-		attached, err := attacher.Add(ctx, at)
-		if err != nil {
-			return nil, undo(fmt.Errorf("attaching %s to Network %s: %w", a.Interface, a.Network, err))
-		}
-		logger.V(2).Info("Attached", "interface", a.Interface, "network", a.Network, "ips", a.IPs,
-			"mac", attached.MAC.String(), "hostVeth", attached.HostVeth)
-		result.Interfaces = append(result.Interfaces,
-			&current.Interface{Name: attached.HostVeth},
-			&current.Interface{Name: a.Interface, Mac: attached.MAC.String(), Sandbox: args.Netns})
-		podIface := len(result.Interfaces) - 1
-		for _, p := range at.Addresses {
-			result.IPs = append(result.IPs, &current.IPConfig{Interface: current.Int(podIface), Address: *cni.IPNet(p)})
-		}
-		for _, r := range at.Routes {
-			result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
-		}
-	}
-	if err := callerExited(ctx); err != nil {
-		// Attached, but for nobody: the runtime gave up on the sandbox.
-		// Asked under the lock: a DEL after this finds the record. Its
-		// time alone being over is not that: the plugin waits a margin
-		// past it for the answer.
-		return nil, undo(err)
 	}
 	if conf.Network == "" && conf.PrevResult != nil {
 		// Chained after the pod network's plugin, netop knows the default
@@ -195,6 +83,175 @@ func (s *Server) add(serverCtx, callerCtx context.Context, conf *cniapi.Config, 
 		})
 	}
 	return result, nil
+}
+
+// podToAttach reads the pod of an ADD from CNI_ARGS; ok is false when the
+// call is not for a pod this node side attaches (and that is no error).
+func (s *Server) podToAttach(logger klog.Logger, conf *cniapi.Config, args *skel.CmdArgs) (pa cniapi.PodArgs, ok bool, err error) {
+	pa, err = cniapi.LoadPodArgs(args.Args)
+	if err != nil {
+		return pa, false, fmt.Errorf("CNI_ARGS: %w", err)
+	}
+	if pa.K8S_POD_NAME == "" {
+		if conf.Network != "" {
+			return pa, false, errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME: required to attach a pod to a Network")
+		}
+		logger.V(4).Info("Not a pod: nothing to attach")
+		return pa, false, nil
+	}
+	namespace, name := string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)
+	if s.opts.Namespace != "" && namespace != s.opts.Namespace {
+		// Its pods are not in the cache, and it joins none of the
+		// Networks of this netop, which allocates in one namespace.
+		if conf.Network != "" {
+			return pa, false, fmt.Errorf("pod %s/%s: netop manages namespace %s only", namespace, name, s.opts.Namespace)
+		}
+		logger.V(4).Info("A pod outside the namespace netop manages: nothing to attach")
+		return pa, false, nil
+	}
+	return pa, true, nil
+}
+
+// allocationsToAttach waits for the pod's allocations and returns those
+// this call attaches: all of them chained, the one of the delegate's
+// Network and interface otherwise.
+func (s *Server) allocationsToAttach(ctx context.Context, conf *cniapi.Config, args *skel.CmdArgs, pa cniapi.PodArgs) (*corev1.Pod, []netselect.Allocation, error) {
+	namespace, name := string(pa.K8S_POD_NAMESPACE), string(pa.K8S_POD_NAME)
+	waited := time.Now()
+	pod, allocations, err := s.podAllocations(ctx, namespace, name, string(pa.K8S_POD_UID))
+	s.observe(metrics.CNIPhaseAllocation, waited, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	// An interface being detached (hot-plug) is not made again: its
+	// addresses are about to be freed.
+	allocations = netselect.Active(allocations)
+	if conf.Network != "" {
+		i := slices.IndexFunc(allocations, func(a netselect.Allocation) bool { return a.Network == conf.Network && a.Interface == args.IfName })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("pod %s/%s: no allocation on Network %s for interface %s", namespace, name, conf.Network, args.IfName)
+		}
+		allocations = allocations[i : i+1]
+	}
+	return pod, allocations, nil
+}
+
+// attachAll attaches the pod to each allocation's Network under the
+// container's lock, recording first what it makes, and adds each
+// interface to result. On failure it undoes what it made.
+func attachAll(ctx context.Context, logger klog.Logger, conf *cniapi.Config, args *skel.CmdArgs, pa cniapi.PodArgs, podNetns string,
+	allocations []netselect.Allocation, result *current.Result) error {
+	attacher, err := cni.AttacherIn(conf.NodeNetns)
+	if err != nil {
+		return err
+	}
+	defer attacher.Close()
+	a := &attachment{logger: logger, attacher: attacher, store: cni.Store{Dir: conf.DataDir}, containerID: args.ContainerID, allocations: allocations}
+	// Held until the record says what stands: a DEL the runtime sends
+	// after killing the plugin waits for this ADD's undo, or ran before,
+	// and then the plugin is gone and nothing is attached.
+	record, _, lock, err := a.store.LoadLocked(args.ContainerID)
+	if lock != nil {
+		defer func() {
+			if err := lock.Unlock(); err != nil {
+				logger.Error(err, "Unlocking the container's record")
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	if err := abandoned(ctx); err != nil {
+		return fmt.Errorf("given up while the container's record was locked (a DEL or hot-plug holding it): %w", err)
+	}
+	record.ContainerID, record.Netns = args.ContainerID, args.Netns
+	record.Pod, record.PodUID = string(pa.K8S_POD_NAMESPACE)+"/"+string(pa.K8S_POD_NAME), string(pa.K8S_POD_UID)
+	// A delegate adds one interface per call.
+	a.record = record.With(allocated.Interfaces(conf.Name, args.ContainerID, allocations...)...)
+	// Recorded before anything is made, so that a DEL or GC after a crash
+	// here knows what to undo.
+	if err := a.store.Save(a.record); err != nil {
+		return err
+	}
+	for _, alloc := range allocations {
+		if err := abandoned(ctx); err != nil {
+			return a.undo(err)
+		}
+		if err := a.attach(ctx, args, podNetns, alloc, result); err != nil {
+			return a.undo(err)
+		}
+	}
+	if err := callerExited(ctx); err != nil {
+		// Attached, but for nobody: the runtime gave up on the sandbox.
+		// Asked under the lock: a DEL after this finds the record. Its
+		// time alone being over is not that: the plugin waits a margin
+		// past it for the answer.
+		return a.undo(err)
+	}
+	return nil
+}
+
+// attachment is one ADD's work on the node under the container's lock:
+// what it recorded and which interfaces it made so far.
+type attachment struct {
+	logger      klog.Logger
+	attacher    *cni.Attacher
+	store       cni.Store
+	containerID string
+	allocations []netselect.Allocation
+	record      cni.Record
+	made        []string
+}
+
+// attach makes one allocation's interface and adds it to result.
+func (a *attachment) attach(ctx context.Context, args *skel.CmdArgs, podNetns string, alloc netselect.Allocation, result *current.Result) error {
+	at, err := allocated.Attachment(args.ContainerID, podNetns, alloc)
+	if err != nil {
+		return err
+	}
+	a.made = append(a.made, alloc.Interface)
+	attached, err := a.attacher.Add(ctx, at)
+	if err != nil {
+		return fmt.Errorf("attaching %s to Network %s: %w", alloc.Interface, alloc.Network, err)
+	}
+	a.logger.V(2).Info("Attached", "interface", alloc.Interface, "network", alloc.Network, "ips", alloc.IPs,
+		"mac", attached.MAC.String(), "hostVeth", attached.HostVeth)
+	result.Interfaces = append(result.Interfaces,
+		&current.Interface{Name: attached.HostVeth},
+		&current.Interface{Name: alloc.Interface, Mac: attached.MAC.String(), Sandbox: args.Netns})
+	podIface := len(result.Interfaces) - 1
+	for _, p := range at.Addresses {
+		result.IPs = append(result.IPs, &current.IPConfig{Interface: current.Int(podIface), Address: *cni.IPNet(p)})
+	}
+	for _, r := range at.Routes {
+		result.Routes = append(result.Routes, &types.Route{Dst: *cni.IPNet(r.Dst), GW: r.GW.AsSlice()})
+	}
+	return nil
+}
+
+// undo takes back what this ADD made and recorded, and returns cause
+// with whatever it could not undo: that stays in the record, for the
+// DEL the runtime sends after a failed ADD, or GC, to finish.
+func (a *attachment) undo(cause error) error {
+	a.logger.V(4).Info("Undoing the attachments", "interfaces", a.made)
+	errs := []error{cause}
+	var left []string
+	for _, iface := range a.made {
+		if err := a.attacher.Del(a.containerID, iface); err != nil {
+			errs = append(errs, fmt.Errorf("undoing %s: %w", iface, err))
+			left = append(left, iface)
+		}
+	}
+	var undone []string
+	for _, alloc := range a.allocations {
+		if !slices.Contains(left, alloc.Interface) {
+			undone = append(undone, alloc.Interface)
+		}
+	}
+	if err := a.store.Forget(a.record, undone); err != nil {
+		errs = append(errs, fmt.Errorf("undoing: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // observe records a phase of an ADD that began at start and ended with
