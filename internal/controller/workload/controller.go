@@ -270,71 +270,75 @@ func (k *kindController) sync(ctx context.Context, name cache.ObjectName) error 
 		}
 		return err
 	}
-	podTemplate := k.kind.template(w)
-	injected := podTemplate.Annotations[envoy.Injected]
-
-	var tmpl *envoy.Template
-	if m.GetAnnotations()[envoy.OptIn] == "true" {
-		var cm *corev1.ConfigMap
-		tmpl, cm, err = k.c.finder.Find(m.GetNamespace())
-		if err != nil {
-			// A broken template, or one the template policy refuses: not
-			// retried, since a fixed or allowed template is a new event.
-			k.c.recorder.Eventf(w, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
-			if cm != nil {
-				k.c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "%s %s/%s not initialized: %v", k.kind.Name, m.GetNamespace(), m.GetName(), err)
-			}
-			return nil
-		}
-		// A hostNetwork template with a sidecar (injected before it became
-		// one) goes on, to have the sidecar taken out.
-		if tmpl == nil || tmpl.Hash == injected && !podTemplate.Spec.HostNetwork {
-			return nil
-		}
-	} else if injected == "" {
+	injected := k.kind.template(w).Annotations[envoy.Injected]
+	tmpl, act := k.wanted(w, m, injected)
+	if !act {
 		return nil
 	}
-
 	original, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
-	modified := original
-	if injected != "" {
+	modified, skip, err := k.desired(original, w, m, tmpl)
+	if err != nil {
+		return err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(original, modified, k.kind.newObject())
+	if err != nil {
+		return fmt.Errorf("computing the patch: %w", err)
+	}
+	if string(patch) == "{}" {
+		return nil
+	}
+	if err := k.kind.patch(ctx, m.GetNamespace(), m.GetName(), patch); err != nil {
+		return fmt.Errorf("patching %s: %w", strings.ToLower(k.kind.Name), err)
+	}
+	k.recordOutcome(logger, w, injected, tmpl, skip)
+	return nil
+}
+
+// wanted is the template the workload should carry (nil: none), and
+// whether its pod template may need a change at all.
+func (k *kindController) wanted(w runtime.Object, m metav1.Object, injected string) (*envoy.Template, bool) {
+	if m.GetAnnotations()[envoy.OptIn] != "true" {
+		return nil, injected != ""
+	}
+	tmpl, cm, err := k.c.finder.Find(m.GetNamespace())
+	if err != nil {
+		// A broken template, or one the template policy refuses: not
+		// retried, since a fixed or allowed template is a new event.
+		k.c.recorder.Eventf(w, corev1.EventTypeWarning, ReasonInvalidTemplate, "Envoy sidecar not injected: %v", err)
+		if cm != nil {
+			k.c.recorder.Eventf(cm, corev1.EventTypeWarning, ReasonInvalidTemplate, "%s %s/%s not initialized: %v", k.kind.Name, m.GetNamespace(), m.GetName(), err)
+		}
+		return nil, false
+	}
+	// A hostNetwork template with a sidecar (injected before it became
+	// one) goes on, to have the sidecar taken out.
+	if tmpl == nil || tmpl.Hash == injected && !k.kind.template(w).Spec.HostNetwork {
+		return nil, false
+	}
+	return tmpl, true
+}
+
+// desired is the workload (original, as JSON) with its sidecar taken out
+// and tmpl's put in, unless skipped (skip says why), and the skip reason
+// recorded on the workload.
+func (k *kindController) desired(original []byte, w runtime.Object, m metav1.Object, tmpl *envoy.Template) (modified []byte, skip string, err error) {
+	modified = original
+	podTemplate := k.kind.template(w)
+	if podTemplate.Annotations[envoy.Injected] != "" {
 		removal, err := envoy.RemovalPatch(podTemplate.Annotations, k.kind.path...)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		if modified, err = envoy.Merge(modified, k.kind.newObject(), removal); err != nil {
-			return err
+			return nil, "", err
 		}
 	}
-	skip := ""
 	if tmpl != nil {
-		stripped := k.kind.newObject()
-		if err := json.Unmarshal(modified, stripped); err != nil {
-			return err
-		}
-		spec := &k.kind.template(stripped).Spec
-		// The same skips as at admission: a sidecar here would take over
-		// the workload's own container or volume (and removing it later
-		// would delete that), leave the workload unable to create pods,
-		// or one container unable to bind.
-		skip = tmpl.Clash(spec)
-		if skip == "" {
-			skip = tmpl.PortClash(spec)
-		}
-		if spec.HostNetwork {
-			skip = envoy.HostNetworkSkip
-		}
-		if skip == "" {
-			add, err := tmpl.Patch(spec, k.kind.path...)
-			if err != nil {
-				return err
-			}
-			if modified, err = envoy.Merge(modified, k.kind.newObject(), add); err != nil {
-				return err
-			}
+		if modified, skip, err = k.inject(modified, tmpl); err != nil {
+			return nil, "", err
 		}
 	}
 	// The skip reason lives on the workload itself, as admission leaves
@@ -350,22 +354,48 @@ func (k *kindController) sync(ctx context.Context, name cache.ObjectName) error 
 	if len(annotations) > 0 {
 		set, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		if modified, err = envoy.Merge(modified, k.kind.newObject(), set); err != nil {
-			return err
+			return nil, "", err
 		}
 	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(original, modified, k.kind.newObject())
+	return modified, skip, nil
+}
+
+// inject merges tmpl into the workload stripped of its sidecar, unless
+// it would clash (skip says why).
+func (k *kindController) inject(stripped []byte, tmpl *envoy.Template) (modified []byte, skip string, err error) {
+	obj := k.kind.newObject()
+	if err := json.Unmarshal(stripped, obj); err != nil {
+		return nil, "", err
+	}
+	spec := &k.kind.template(obj).Spec
+	// The same skips as at admission: a sidecar here would take over
+	// the workload's own container or volume (and removing it later
+	// would delete that), leave the workload unable to create pods,
+	// or one container unable to bind.
+	skip = tmpl.Clash(spec)
+	if skip == "" {
+		skip = tmpl.PortClash(spec)
+	}
+	if spec.HostNetwork {
+		skip = envoy.HostNetworkSkip
+	}
+	if skip != "" {
+		return stripped, skip, nil
+	}
+	add, err := tmpl.Patch(spec, k.kind.path...)
 	if err != nil {
-		return fmt.Errorf("computing the patch: %w", err)
+		return nil, "", err
 	}
-	if string(patch) == "{}" {
-		return nil
-	}
-	if err := k.kind.patch(ctx, m.GetNamespace(), m.GetName(), patch); err != nil {
-		return fmt.Errorf("patching %s: %w", strings.ToLower(k.kind.Name), err)
-	}
+	modified, err = envoy.Merge(stripped, k.kind.newObject(), add)
+	return modified, "", err
+}
+
+// recordOutcome says what a patch of the workload did, in Events and the
+// log.
+func (k *kindController) recordOutcome(logger klog.Logger, w runtime.Object, injected string, tmpl *envoy.Template, skip string) {
 	if skip != "" {
 		k.c.recorder.Eventf(w, corev1.EventTypeWarning, ReasonSkipped, "Envoy sidecar not injected: %s", skip)
 		logger.Info("Envoy sidecar not injected", "reason", skip)
@@ -382,5 +412,4 @@ func (k *kindController) sync(ctx context.Context, name cache.ObjectName) error 
 		k.c.recorder.Eventf(w, corev1.EventTypeNormal, ReasonUpdated, "Updated the envoy sidecar from %s", tmpl.Source)
 		logger.Info("Updated the envoy sidecar", "template", tmpl.Source, "hash", tmpl.Hash)
 	}
-	return nil
 }
