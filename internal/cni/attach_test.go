@@ -249,7 +249,7 @@ func TestAddRoutes(t *testing.T) {
 	}
 }
 
-// Issue 37: a pod's Network may be realised on its node only once the pod
+// A pod's Network may be realised on its node only once the pod
 // is there. waitBridge returns once the bridge is up, not before (a bridge
 // made down, as the backend makes them, is not yet whole), told by the
 // kernel's notifications; it gives up, naming the bridge, when its context

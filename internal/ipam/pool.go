@@ -2,8 +2,8 @@
 // the network address, the gateway, (IPv4) the broadcast address or those
 // the Network reserves for other uses (spec.reserved), never
 // one address twice, each address recorded with its owner so that only the
-// owner frees it (a stale release cannot free a live address, the failure
-// of calico#5044). Released addresses are reused last, in the order they
+// owner frees it (a stale release cannot free a live address, a failure
+// other IPAMs' users met). Released addresses are reused last, in the order they
 // were freed, so that an address just given up is not handed straight to
 // another pod while peers still hold ARP or conntrack entries for it.
 //

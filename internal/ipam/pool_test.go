@@ -142,7 +142,7 @@ func TestNewPoolRefuses(t *testing.T) {
 }
 
 // Allocate and release in a /16 at several fill levels: the cost per
-// operation must not grow as the pool fills (issue 15: ≤ 1 µs, flat).
+// operation must not grow as the pool fills (goal: ≤ 1 µs, flat).
 func BenchmarkAllocateRelease(b *testing.B) {
 	// 64 reserved /26s, every fourth of the /16's first 256: the most
 	// spec.reserved holds, each a span to look up.

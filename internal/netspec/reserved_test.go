@@ -41,7 +41,7 @@ func TestReservedPrefixes(t *testing.T) {
 		// "" for accepted.
 		want, wantAllowed string
 	}{
-		// The issue's list.
+		// The special-purpose ranges every Network must avoid.
 		{cidr: "0.0.0.0/0", want: "contains 127.0.0.0/8, reserved for loopback (RFC 1122)", wantAllowed: "contains 127.0.0.0/8, reserved for loopback"},
 		{cidr: "::/0", want: "contains ::1/128, reserved for loopback (RFC 4291)", wantAllowed: "contains ::1/128, reserved for loopback"},
 		{cidr: "127.0.0.0/8", want: `spec.cidr: Invalid value: "127.0.0.0/8": is in 127.0.0.0/8, reserved for loopback (RFC 1122)`, wantAllowed: "is in 127.0.0.0/8"},

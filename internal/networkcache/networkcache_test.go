@@ -42,7 +42,7 @@ func (e *events) take() []string {
 	return out
 }
 
-// Issue 37: a node's cache holds the Networks it is told to watch, from
+// A node's cache holds the Networks it is told to watch, from
 // a real API server, and tells its handlers of their changes alone: the
 // other Networks of the cluster cost it nothing. A Network it stops
 // watching leaves the cache without a deletion being told; one watched

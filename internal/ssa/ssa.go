@@ -1,8 +1,8 @@
 // Package ssa writes objects the one way netop writes whole objects it
 // owns (CRDs, webhook configurations): a server-side apply under netop's
 // field manager, forced, so that what netop declares wins and fields it
-// stops declaring are removed (fields it once set by create or update, as
-// netop before 2026-11-22 did, are left to whoever edits them), with no
+// stops declaring are removed (fields set by create or update are left
+// to whoever edits them), with no
 // read-modify-write race.
 package ssa
 

@@ -12,7 +12,7 @@ import (
 	"github.com/netop-dev/netop/internal/testing/nettest"
 )
 
-// Issue 35's egress on real packets: a pod routed to an outside network
+// Egress on real packets: a pod routed to an outside network
 // through its gateway reaches it only while its Network has egress, as
 // the node's address (the outside has no route back to the Network);
 // egress opens no way to the node's own services nor into another

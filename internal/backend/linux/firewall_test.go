@@ -77,7 +77,7 @@ func ep(bridge, addr string) resolved.Endpoint {
 	return resolved.Endpoint{Bridge: bridge, Addr: netip.MustParseAddr(addr)}
 }
 
-// Issue 34 on real packets: a policy isolates the pods it selects in its
+// Policies on real packets: a policy isolates the pods it selects in its
 // directions and allows what its rules do (peers by address set, by block
 // with excepts; ports by number, range, name; TCP and UDP); replies pass;
 // pods it does not select are unaffected. A change of pods only writes

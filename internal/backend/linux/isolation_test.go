@@ -156,7 +156,7 @@ func (e *testEnv) isolationInOrder(t *testing.T) (tablePresent, inOrder bool) {
 	return true, ok
 }
 
-// Issue 33: a node never forwards between two Networks, nor from a Network
+// A node never forwards between two Networks, nor from a Network
 // to the node's other addresses; a Network's gateway answers echo requests
 // and nothing else; pods of one Network still reach one another. With the
 // node forwarding (as a node with pods does) and br_netfilter showing

@@ -1359,7 +1359,7 @@ func TestMTU(t *testing.T) {
 	}
 }
 
-// Issue 37: a node keeps a Network's bridge while something is attached to
+// A node keeps a Network's bridge while something is attached to
 // it. InUse is false for a bridge that is missing or has no port but its
 // VXLAN device, and true once a pod's host end is a port.
 func TestInUse(t *testing.T) {

@@ -96,7 +96,7 @@ func ip(t *testing.T, args ...string) {
 	}
 }
 
-// TestNetnsSharedWithIproute2 reproduces issue 12's "a namespace netop
+// TestNetnsSharedWithIproute2 reproduces "a namespace netop
 // creates can be hidden by a later `ip netns add` and then cannot be
 // deleted (Device or resource busy)" on a host where /run/netns is not yet
 // a mount point: iproute2 then bind-mounts /run/netns onto itself, and a

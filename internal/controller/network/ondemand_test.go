@@ -43,7 +43,7 @@ func (d *demand) Release(name cache.ObjectName) time.Duration {
 	return 0
 }
 
-// Issue 37: an agent on demand builds and reports a Network its node
+// An agent on demand builds and reports a Network its node
 // needs; once the node no longer needs it, the sync removes the backend
 // network and forgets it in the report, without a write to the Network;
 // but while something on the node is attached to it (a pod attached just
@@ -93,7 +93,7 @@ func TestSyncOnDemand(t *testing.T) {
 	}
 }
 
-// Issue 37: an agent on demand caches only the Networks its node needs.
+// An agent on demand caches only the Networks its node needs.
 // The resync removes a backend network whose Network is not in the cache
 // (an agent restarted after its last pod left) without asking the API
 // server, unless the node needs it (its cache is still listing it) or
@@ -137,7 +137,7 @@ func TestResyncOnDemand(t *testing.T) {
 	}
 }
 
-// Issue 37: on an agent on demand, a Network the node does not need is
+// On an agent on demand, a Network the node does not need is
 // built nowhere here and contends with nothing here, though the cache
 // delivered it: a younger overlapping Network the node's pods use builds.
 func TestOnDemandUnneededDoesNotContend(t *testing.T) {

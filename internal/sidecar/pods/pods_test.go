@@ -56,7 +56,7 @@ func injectorWith(t testing.TB, config string) *Injector {
 }
 
 // bigPod is an annotated pod of about size bytes of JSON, the size at which
-// an Istio version once needed 22 s to inject (istio PR #46809).
+// an Istio version once needed 22 s to inject.
 func bigPod(size int) *corev1.Pod {
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},

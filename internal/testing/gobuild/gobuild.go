@@ -15,7 +15,7 @@ const Plugin = "github.com/netop-dev/netop/cmd/netop-cni"
 // grpcnotrace keeps gRPC (hot-plug's CRI client) from linking
 // golang.org/x/net/trace, whose html/template turns the linker's dead code
 // elimination of methods off: bin/netop is 42 MB with the tag and 71 MB
-// without, and its process 14 MiB larger (BENCHMARKS.md, 2026-11-27).
+// without, and its process 14 MiB larger (BENCHMARKS.md).
 // netop never turns gRPC's tracing on.
 const Tags = "grpcnotrace"
 
@@ -35,7 +35,7 @@ func Command(out, pkg string, env ...string) error {
 // runtime executes the plugin for every ADD and DEL, and a dynamically
 // linked Go binary (cgo comes with the net package) costs the dynamic
 // loader and cgo's start on each: 3.4 ms of CPU per exec against 2.0
-// (BENCHMARKS.md, 2026-11-27).
+// (BENCHMARKS.md).
 func Static(out, pkg string) error {
 	return Command(out, pkg, "CGO_ENABLED=0")
 }
