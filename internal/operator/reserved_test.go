@@ -39,12 +39,12 @@ func TestAllowReservedPrefixesReachesValidation(t *testing.T) {
 		set := admission.Webhooks(admission.Deps{OperatorNamespace: o.OperatorNamespace, AllowReservedPrefixes: o.AllowReservedPrefixes}, networks.NewCIDRs())
 		var validate webhook.Handler
 		for _, w := range set.Webhooks {
-			if w.Path == admission.PathValidateNetwork {
+			if w.Path == networks.PathValidate {
 				validate = w.Handler
 			}
 		}
 		if validate == nil {
-			t.Fatalf("no webhook at %s", admission.PathValidateNetwork)
+			t.Fatalf("no webhook at %s", networks.PathValidate)
 		}
 		resp := validate.Admit(context.Background(), req)
 		if want := len(args) > 0; resp.Allowed != want {

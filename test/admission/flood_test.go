@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netop-dev/netop/internal/admission"
+	"github.com/netop-dev/netop/internal/sidecar/pods"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 )
@@ -164,7 +165,7 @@ func TestWebhookFlood(t *testing.T) {
 
 	const n, size = 64, 4_000_000
 	body := bigPodReview(t, ns, size)
-	url := "https://" + webhookAddr + admission.PathInjectEnvoyNamespace
+	url := "https://" + webhookAddr + pods.PathNamespace
 
 	t.Run("direct", func(t *testing.T) {
 		runtime.GC()
