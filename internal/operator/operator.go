@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/admission"
@@ -26,76 +25,22 @@ import (
 	"github.com/netop-dev/netop/internal/backend/agents"
 	"github.com/netop-dev/netop/internal/backend/backends"
 	"github.com/netop-dev/netop/internal/backend/linux"
-	"github.com/netop-dev/netop/internal/controller/podnet/allocator"
+	"github.com/netop-dev/netop/internal/component"
 	"github.com/netop-dev/netop/internal/eventsink"
 	"github.com/netop-dev/netop/internal/kubeclient"
 	"github.com/netop-dev/netop/internal/leader"
 	"github.com/netop-dev/netop/internal/metrics"
-	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/internal/rungroup"
 	"github.com/netop-dev/netop/internal/version"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
 )
 
-// shared is what every component is built from.
+// shared is what every component is built from: the shared context, and
+// the options, whose components' parts the list of components hands them.
 type shared struct {
-	opts   *Options
-	config *rest.Config
-	kube   kubernetes.Interface
-	client versioned.Interface
-	// The informer factories, one per API group and cache shape, each
-	// with the transform that keeps its cache small: netop's resources,
-	// the built-in ones, pods (kubeclient.TrimPod) and the envoy-initializer
-	// ConfigMaps. A factory no component asks for starts nothing.
-	netop     informers.SharedInformerFactory
-	builtin   kubeinformers.SharedInformerFactory
-	pods      kubeinformers.SharedInformerFactory
-	templates kubeinformers.SharedInformerFactory
-	// more are factories components add (startWithOthers).
-	more     []factory
-	recorder record.EventRecorder
-	metrics  *metrics.Metrics
-	backend  backend.Backend
-	// cluster is the cluster identity recorded on backend networks.
-	cluster string
-	// fleet is set when the nodes' agents build the bridges
-	// (agents.Backend): Networks are ready once ready on every node.
-	fleet bool
-	// overlay is an agent's node on the underlay; nil elsewhere, or on a
-	// node without an InternalIP.
-	overlay *linux.Overlay
-	// nodeNetworks are the Networks an agent reads (agent.Networks): on
-	// demand, only those its node's pods use. nil in other roles.
-	nodeNetworks networkcache.Source
-	// firewall enforces network policies where the backend is a node's
-	// bridges (linux); nil elsewhere.
-	firewall *linux.Firewall
-	// synced is closed once every cache is synced.
-	synced chan struct{}
-	// addresses is the address allocation's allocator, which the Network
-	// controller and admission read: built before them (components.go).
-	addresses *allocator.Allocator
-}
-
-// factory is an informer factory: started with the others, shut down
-// after the components stopped.
-type factory interface {
-	Start(<-chan struct{})
-	Shutdown()
-}
-
-// startWithOthers has f started and shut down with the shared factories.
-func (s *shared) startWithOthers(f factory) { s.more = append(s.more, f) }
-
-// networks are the Networks the role's components read: an agent's own,
-// else every Network's shared informer. Asking for the informer starts it:
-// an agent on demand must not.
-func (s *shared) networks() networkcache.Source {
-	if s.nodeNetworks != nil {
-		return s.nodeNetworks
-	}
-	return s.netop.Samplecrd().V2().Networks().Informer()
+	*component.Context
+	opts *Options
 }
 
 // Operator is netop configured for one cluster and one role, ready to run.
@@ -115,23 +60,23 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	op := &Operator{shared: shared{opts: o, metrics: metrics.New(), synced: make(chan struct{})}, close: func() {}}
+	op := &Operator{shared: shared{Context: &component.Context{Settings: o.Settings, Metrics: metrics.New(), Synced: make(chan struct{})}, opts: o}, close: func() {}}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.Client.QPS, o.Client.Burst
 	cfg.UserAgent = "netop/" + version.String()
-	cfg.Wrap(op.metrics.CountRequests)
-	op.config = cfg
-	op.election = leader.Election{Options: o.Leader, Namespace: o.OperatorNamespace, Leading: op.metrics.Leader}
+	cfg.Wrap(op.Context.Metrics.CountRequests)
+	op.Config = cfg
+	op.election = leader.Election{Options: o.Leader, Namespace: o.OperatorNamespace, Leading: op.Context.Metrics.Leader}
 	var err error
-	if op.kube, err = kubeclient.New(cfg, o.Client.ContentType); err != nil {
+	if op.Kube, err = kubeclient.New(cfg, o.Client.ContentType); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	op.election.Kube = op.kube
-	if op.client, err = versioned.NewForConfig(cfg); err != nil {
+	op.election.Kube = op.Kube
+	if op.Client, err = versioned.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("netop client: %w", err)
 	}
-	if op.cluster = o.ClusterID; op.cluster == "" {
-		if op.cluster, err = kubeclient.ClusterID(ctx, op.kube); err != nil {
+	if op.Cluster = o.ClusterID; op.Cluster == "" {
+		if op.Cluster, err = kubeclient.ClusterID(ctx, op.Kube); err != nil {
 			return nil, err
 		}
 	}
@@ -141,21 +86,21 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 			return nil, err
 		}
 	}
-	_, op.fleet = be.(agents.Backend)
+	_, op.Fleet = be.(agents.Backend)
 	if l, ok := be.(*linux.Backend); ok {
-		op.firewall = l.Firewall()
+		op.Firewall = l.Firewall()
 	}
-	op.backend = backend.Instrument(be, func(operation string, d time.Duration, err error) {
-		op.metrics.ObserveBackend(string(be.Type()), operation, d, err)
+	op.Backend = backend.Instrument(be, func(operation string, d time.Duration, err error) {
+		op.Context.Metrics.ObserveBackend(string(be.Type()), operation, d, err)
 	})
 
-	op.netop = informers.NewSharedInformerFactoryWithOptions(op.client, o.Resync,
+	op.Netop = informers.NewSharedInformerFactoryWithOptions(op.Client, o.Resync,
 		informers.WithNamespace(o.Namespace), informers.WithTransform(kubeclient.DropManagedFields))
-	op.builtin = kubeinformers.NewSharedInformerFactoryWithOptions(op.kube, o.Resync,
+	op.Builtin = kubeinformers.NewSharedInformerFactoryWithOptions(op.Kube, o.Resync,
 		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(kubeclient.DropManagedFields))
-	op.pods = kubeinformers.NewSharedInformerFactoryWithOptions(op.kube, o.Resync,
+	op.Pods = kubeinformers.NewSharedInformerFactoryWithOptions(op.Kube, o.Resync,
 		kubeinformers.WithNamespace(o.Namespace), kubeinformers.WithTransform(kubeclient.TrimPod))
-	op.templates = kubeinformers.NewSharedInformerFactoryWithOptions(op.kube, o.Resync,
+	op.Templates = kubeinformers.NewSharedInformerFactoryWithOptions(op.Kube, o.Resync,
 		kubeinformers.WithTweakListOptions(admission.TemplateListOptions), kubeinformers.WithTransform(kubeclient.DropManagedFields))
 
 	// Bounds a stop's last writes (eventsink's flush) and a hung request.
@@ -166,9 +111,9 @@ func New(ctx context.Context, cfg *rest.Config, o *Options, be backend.Backend) 
 		op.close()
 		return nil, fmt.Errorf("event client: %w", err)
 	}
-	op.recorder, op.stopEvents = eventsink.NewRecorder(ctx, eventClient, kubeclient.Scheme(), "netop", eventsink.Options{
-		Written: op.metrics.EventsWritten.Inc,
-		Dropped: func(reason string) { op.metrics.EventsDropped.WithLabelValues(reason).Inc() },
+	op.Recorder, op.stopEvents = eventsink.NewRecorder(ctx, eventClient, kubeclient.Scheme(), "netop", eventsink.Options{
+		Written: op.Context.Metrics.EventsWritten.Inc,
+		Dropped: func(reason string) { op.Context.Metrics.EventsDropped.WithLabelValues(reason).Inc() },
 	})
 	if op.built, err = build(ctx, &op.shared); err != nil {
 		op.stopEvents()
@@ -190,17 +135,17 @@ func (op *Operator) newBackend(ctx context.Context) (backend.Backend, error) {
 	case op.opts.Role == RoleAgent:
 		o.Type = string(backend.TypeLinux)
 		var err error
-		if op.overlay, err = agent.Overlay(ctx, op.kube, op.opts.Agent.NodeName); err != nil {
+		if op.Overlay, err = agent.Overlay(ctx, op.Kube, op.opts.Agent.NodeName); err != nil {
 			return nil, err
 		}
 	}
-	be, release, err := backends.New(ctx, o, op.overlay)
+	be, release, err := backends.New(ctx, o, op.Overlay)
 	op.close = release
 	return be, err
 }
 
 // Metrics returns the operator's metrics.
-func (op *Operator) Metrics() *metrics.Metrics { return op.metrics }
+func (op *Operator) Metrics() *metrics.Metrics { return op.Context.Metrics }
 
 // ConversionRegistered is closed once this operator's conversion webhook
 // is registered on the Network CRD: from then on v1 clients are served. An
@@ -224,10 +169,10 @@ func (op *Operator) Run(ctx context.Context) error {
 	defer op.stopEvents()
 	op.started = time.Now()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting netop", "role", op.opts.Role, "version", version.String(), "backend", op.backend.Type(), "namespace", op.opts.Namespace)
+	logger.Info("Starting netop", "role", op.opts.Role, "version", version.String(), "backend", op.Backend.Type(), "namespace", op.opts.Namespace)
 
 	all, ctx := rungroup.New(ctx)
-	factories := append([]factory{op.netop, op.builtin, op.pods, op.templates}, op.more...)
+	factories := op.Factories()
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
@@ -256,7 +201,7 @@ func (op *Operator) Run(ctx context.Context) error {
 	case op.opts.Leader.Elect:
 		all.Run("leader election", func(ctx context.Context) error { return op.election.Run(ctx, controllers) })
 	default:
-		op.metrics.Leader.Set(1)
+		op.Context.Metrics.Leader.Set(1)
 		all.Run("controllers", controllers)
 	}
 	err := all.Wait()
@@ -271,13 +216,13 @@ func (op *Operator) Run(ctx context.Context) error {
 // synced once every cache is synced and every component has been handed
 // its initial lists.
 func (op *Operator) waitSynced(ctx context.Context) {
-	if !cache.WaitFor(ctx, "", op.networks().HasSyncedChecker()) {
+	if !cache.WaitFor(ctx, "", op.Networks().HasSyncedChecker()) {
 		return // stopped
 	}
-	op.metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())
+	op.Context.Metrics.Startup.WithLabelValues(metrics.PhaseNetworksListed).Set(time.Since(op.started).Seconds())
 	for _, f := range []interface {
 		WaitForCacheSync(<-chan struct{}) map[reflect.Type]bool
-	}{op.netop, op.builtin, op.pods, op.templates} {
+	}{op.Netop, op.Builtin, op.Pods, op.Templates} {
 		for _, ok := range f.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				return
@@ -289,23 +234,23 @@ func (op *Operator) waitSynced(ctx context.Context) {
 			return
 		}
 	}
-	op.metrics.Startup.WithLabelValues(metrics.PhaseCachesSynced).Set(time.Since(op.started).Seconds())
+	op.Context.Metrics.Startup.WithLabelValues(metrics.PhaseCachesSynced).Set(time.Since(op.started).Seconds())
 	klog.FromContext(ctx).Info("Caches synced", "after", time.Since(op.started))
-	close(op.synced)
+	close(op.Synced)
 }
 
 // serveMetrics serves /metrics, /healthz, /readyz and, with --profiling,
 // /debug/pprof/ until ctx is done. /readyz is ready once the caches are
 // synced and every component is (metrics.Ready).
 func (op *Operator) serveMetrics(ctx context.Context) error {
-	return metrics.Serve(ctx, op.opts.Metrics.Addr, op.metrics.Handler(), op.readyz, op.opts.Metrics.Profiling)
+	return metrics.Serve(ctx, op.opts.Metrics.Addr, op.Context.Metrics.Handler(), op.readyz, op.opts.Metrics.Profiling)
 }
 
 // readyz says why this replica is not ready, or nil and which replica
 // leads: every replica is ready (each serves the webhooks).
 func (op *Operator) readyz() (string, error) {
 	select {
-	case <-op.synced:
+	case <-op.Synced:
 	default:
 		return "", errors.New("informer caches not synced")
 	}

@@ -5,45 +5,27 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netns"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/netop-dev/netop/internal/cni"
+	"github.com/netop-dev/netop/internal/component"
 	"github.com/netop-dev/netop/internal/cri"
-	"github.com/netop-dev/netop/internal/metrics"
 )
 
-// NodeDeps is what hot-plug on a node is built from besides its Config.
-type NodeDeps struct {
-	Kube     kubernetes.Interface
-	Pods     coreinformers.PodInformer
-	Recorder record.EventRecorder
-	Metrics  *metrics.Metrics
-	// Node is the node whose pods are attached.
-	Node string
-	// Netns names the namespace of the node's bridges; "" is the
-	// process's own.
-	Netns string
-	// DataDir holds the CNI plugin's records on the node.
-	DataDir string
-	Workers int
-}
-
-// OnNode is the node's side of hot-plug, where c gives a CRI socket (nil
-// otherwise): it attaches in the namespace of the node's bridges, through
-// the runtime's socket, and releases both once it stopped.
-func OnNode(ctx context.Context, c Config, d NodeDeps) (*NodeController, error) {
-	if c.CRISocket == "" {
+// Build is the node's side of hot-plug, where cfg gives a CRI socket (nil
+// otherwise): it attaches node's pods in the namespace of the node's
+// bridges ("" is the process's own), through the runtime's socket,
+// and releases both once it stopped.
+func Build(ctx context.Context, c *component.Context, cfg Config, node, bridges string) (*NodeController, error) {
+	if cfg.CRISocket == "" {
 		return nil, nil
 	}
 	// The bridges' namespace: this process's own, without opening it (as
 	// the linux backend does), or the one named.
 	ns := netns.None()
-	if d.Netns != "" {
+	if bridges != "" {
 		var err error
-		if ns, err = netns.GetFromName(d.Netns); err != nil {
-			return nil, fmt.Errorf("the bridges' network namespace %q: %w", d.Netns, err)
+		if ns, err = netns.GetFromName(bridges); err != nil {
+			return nil, fmt.Errorf("the bridges' network namespace %q: %w", bridges, err)
 		}
 		defer func() { _ = ns.Close() }()
 	}
@@ -51,14 +33,14 @@ func OnNode(ctx context.Context, c Config, d NodeDeps) (*NodeController, error) 
 	if err != nil {
 		return nil, err
 	}
-	runtime, err := cri.Dial(c.CRISocket)
+	runtime, err := cri.Dial(cfg.CRISocket)
 	if err != nil {
 		attacher.Close()
 		return nil, err
 	}
-	h, err := New(ctx, d.Kube, d.Pods, d.Recorder, d.Metrics, Options{
-		Node: d.Node, Runtime: runtime, Attacher: attacher, Store: cni.Store{Dir: d.DataDir},
-		Config: c.CNIConfig, Workers: d.Workers,
+	h, err := New(ctx, c.Kube, c.Pods.Core().V1().Pods(), c.Recorder, c.Metrics, Options{
+		Node: node, Runtime: runtime, Attacher: attacher, Store: cni.Store{Dir: c.Settings.CNIDataDir},
+		Config: cfg.CNIConfig, Workers: c.Settings.Workers,
 	})
 	if err != nil {
 		attacher.Close()
