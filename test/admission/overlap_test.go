@@ -192,7 +192,7 @@ func TestOverlapBackToBackRefused(t *testing.T) {
 	nets := env.Netop.SamplecrdV1().Networks(namespace)
 	ctx := t.Context()
 	testenv.BurnCPU(t)
-	for i := range 50 {
+	for i := range 30 {
 		first, second := fmt.Sprintf("10.230.%d.0/24", i), fmt.Sprintf("10.230.%d.128/25", i) // 10.230: no other test of this package uses it
 		if _, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("first%d", i)},
 			Spec: samplecrdv1.NetworkSpec{CIDR: first}}, metav1.CreateOptions{}); err != nil {
