@@ -248,6 +248,13 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	if err := waitServesV1(gctx, cp.AdminConfig()); err != nil {
 		logger.Error(err, "v1 Networks are not served yet")
 	}
+	// And admission is in force: a script that applies a Network the
+	// moment the line is printed gets it checked.
+	select {
+	case <-op.AdmissionInForce():
+	case <-gctx.Done():
+		return g.Wait()
+	}
 	if err := printKubeconfig(); err != nil {
 		return errors.Join(err, g.Wait())
 	}

@@ -35,6 +35,8 @@ import (
 	"github.com/netop-dev/netop/internal/webhook/conversion"
 	"github.com/netop-dev/netop/internal/webhook/networks"
 	"github.com/netop-dev/netop/internal/webhook/podnetworks"
+	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
 
 // Deps is what the webhooks read: the operator's shared clients and
@@ -87,6 +89,10 @@ type Server struct {
 	// conversionRegistered is closed once the conversion webhook is
 	// registered with this server's address and CA.
 	conversionRegistered chan struct{}
+	// probe tells when the API server calls the admission webhooks;
+	// inForce is closed then: /readyz waits for it.
+	probe   *inForceProbe
+	inForce chan struct{}
 }
 
 // admissionStartWait is how long an admission request that arrives before
@@ -119,10 +125,18 @@ func New(ctx context.Context, o Options, d Deps) (*Server, error) {
 		store = webhook.FileStore{Dir: o.CertDir}
 	}
 	s := &Server{opts: o, deps: d, crds: crds, certs: webhook.NewCertManager(store, serving), listener: l,
-		cidrs: networks.NewCIDRs(), gate: make(chan struct{}), conversionRegistered: make(chan struct{})}
+		cidrs: networks.NewCIDRs(), gate: make(chan struct{}), conversionRegistered: make(chan struct{}), inForce: make(chan struct{})}
 	if err := s.cidrs.Watch(d.Networks); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("watching Networks for the overlap check: %w", err)
+	}
+	client, err := versioned.NewForConfig(d.Config)
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("netop client: %w", err)
+	}
+	s.cidrs.Live = func(ctx context.Context, namespace, name string) (*samplecrdv2.Network, error) {
+		return client.SamplecrdV2().Networks(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	s.server = webhook.NewServer(s.certs, webhook.Limits{
 		MaxInFlight:          o.MaxInflight,
@@ -130,6 +144,13 @@ func New(ctx context.Context, o Options, d Deps) (*Server, error) {
 		Rejected:             func(limit string) { d.Metrics.WebhookRejected.WithLabelValues(limit).Inc() },
 	})
 	s.webhooks = Webhooks(d, s.cidrs)
+	if s.probe, err = newInForceProbe(client, s.webhooks, d.OperatorNamespace, o.Local); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	for i, w := range s.webhooks.Webhooks {
+		s.webhooks.Webhooks[i].Handler = s.probe.observe(w)
+	}
 	s.server.MountGated(ctx, s.webhooks, s.gate, admissionStartWait)
 	s.server.HandleHTTP(PathConvert, conversion.Converter{Scheme: kubeclient.Scheme()}.Handler(ctx))
 	return s, nil
@@ -149,8 +170,17 @@ func (s *Server) Ready() error {
 	if !s.serving.Load() {
 		return errors.New("the webhook server is not serving yet")
 	}
-	return nil
+	select {
+	case <-s.inForce:
+		return nil
+	default:
+		return errors.New("the API server does not call the admission webhooks yet")
+	}
 }
+
+// InForce is closed once the API server calls the admission webhooks:
+// from then on what they refuse is refused.
+func (s *Server) InForce() <-chan struct{} { return s.inForce }
 
 // ConversionRegistered is closed once the conversion webhook is
 // registered on the Network CRD: from then on v1 clients are served.
@@ -160,8 +190,9 @@ func (s *Server) ConversionRegistered() <-chan struct{} { return s.conversionReg
 // at once, since converting needs no cache and the API server needs it to
 // serve v1 at all, and v2 for objects still stored as v1, which netop's own
 // caches read; it registers the admission webhooks once the caches
-// they answer from are synced (Deps.Synced is closed), and from then on renews
-// the certificate, registering both again. A stop at any point is a clean
+// they answer from are synced (Deps.Synced is closed), probes them until
+// the API server calls them (InForce), and from then on renews the
+// certificate, registering both again. A stop at any point is a clean
 // stop.
 func (s *Server) Run(ctx context.Context) error {
 	defer func() { _ = s.listener.Close() }()
@@ -208,6 +239,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return stopped(ctx, err)
 	}
 	klog.FromContext(ctx).Info("Admission and conversion webhooks registered", "target", target.URL, "service", s.opts.Service)
+	wg.StartWithContext(ctx, func(ctx context.Context) {
+		if s.probe.wait(ctx) {
+			close(s.inForce)
+		}
+	})
 	wg.StartWithContext(ctx, func(ctx context.Context) { s.certs.RenewLoop(ctx, time.Hour, register) })
 	return <-errc
 }

@@ -151,9 +151,22 @@ func (op *Operator) Metrics() *metrics.Metrics { return op.Context.Metrics }
 // is registered on the Network CRD: from then on v1 clients are served. An
 // operator without webhooks registers none, and its channel is closed.
 func (op *Operator) ConversionRegistered() <-chan struct{} {
+	return op.webhookSignal((*admission.Server).ConversionRegistered)
+}
+
+// AdmissionInForce is closed once the API server calls this operator's
+// admission webhooks: from then on what they refuse is refused. An
+// operator without webhooks has its channel closed.
+func (op *Operator) AdmissionInForce() <-chan struct{} {
+	return op.webhookSignal((*admission.Server).InForce)
+}
+
+// webhookSignal is the channel signal gives of the operator's webhook
+// server, or a closed one where it runs none.
+func (op *Operator) webhookSignal(signal func(*admission.Server) <-chan struct{}) <-chan struct{} {
 	for _, b := range op.built {
 		if s, ok := b.runnable.(*admission.Server); ok {
-			return s.ConversionRegistered()
+			return signal(s)
 		}
 	}
 	closed := make(chan struct{})

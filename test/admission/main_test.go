@@ -8,20 +8,17 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/netop-dev/netop/internal/operator"
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 )
 
 const operatorNamespace = "netop-system"
@@ -83,19 +80,13 @@ func startOperator(env *testenv.Env) (func(), error) {
 		_ = logFile.Close()
 		_ = os.Remove(logFile.Name())
 	}
-	// Registered and answering: a dry-run of a Network that only the
-	// webhook rejects (the gateway is the network address) is refused.
-	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := env.Netop.SamplecrdV1().Networks("default").Create(ctx, &samplecrdv1.Network{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
-			Spec:       samplecrdv1.NetworkSpec{CIDR: "10.250.0.0/24", Gateway: "10.250.0.0"},
-		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "admission webhook"), nil
-	})
-	if err != nil {
+	// Registered and answering: the operator probes the API server.
+	select {
+	case <-op.AdmissionInForce():
+	case <-time.After(60 * time.Second):
 		teardown()
 		logs, _ := os.ReadFile(logFile.Name())
-		return nil, fmt.Errorf("webhooks never answered: %w\n%s", err, logs)
+		return nil, fmt.Errorf("webhooks never answered\n%s", logs)
 	}
 	vwc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "netop", metav1.GetOptions{})
 	if err != nil {

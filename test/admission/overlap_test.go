@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +179,32 @@ func overlappingBridges(t *testing.T) []string {
 		byLink[a.LinkIndex] = p
 	}
 	return out
+}
+
+// Of two overlapping Networks created back to back, as one kubectl apply
+// creates them, the second is refused every time, on a busy machine too:
+// the overlap check reads its own writes, not only what its informer has
+// been delivered.
+func TestOverlapBackToBackRefused(t *testing.T) {
+	nettest.RequireRoot(t)
+	env := testenv.Get(t)
+	namespace := env.Namespace(t)
+	nets := env.Netop.SamplecrdV1().Networks(namespace)
+	ctx := t.Context()
+	testenv.BurnCPU(t)
+	for i := range 30 {
+		first, second := fmt.Sprintf("10.230.%d.0/24", i), fmt.Sprintf("10.230.%d.128/25", i) // 10.230: no other test of this package uses it
+		if _, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("first%d", i)},
+			Spec: samplecrdv1.NetworkSpec{CIDR: first}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s: %v", first, err)
+		}
+		_, err := nets.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("second%d", i)},
+			Spec: samplecrdv1.NetworkSpec{CIDR: second}}, metav1.CreateOptions{})
+		if want := fmt.Sprintf("overlaps Network %s/first%d", namespace, i); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s right after %s: %v, want refused: %s", second, first, err, want)
+		}
+		if err := nets.Delete(ctx, fmt.Sprintf("first%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

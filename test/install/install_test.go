@@ -241,14 +241,20 @@ func TestOperatorAsServiceAccountAndWebhooksOff(t *testing.T) {
 	opts.Webhooks.Addr = "127.0.0.1:0"
 	opts.Webhooks.Local = true
 	opts.OperatorNamespace = operatorNamespace // the certificate in a Secret there
-	_, stop := testenv.StartOperator(t, cfg, opts, backendtest.New())
+	op, stop := testenv.StartOperator(t, cfg, opts, backendtest.New())
 
-	// Registered and answering: a Network only the webhook refuses (the
-	// gateway is the network address).
-	testenv.Eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
-		_, err := nets.Create(ctx, newNetwork("probe", "10.120.0.0/24", "10.120.0.0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "admission webhook"), fmt.Sprintf("dry-run create: %v", err)
-	})
+	// In force, probed with the service account's rights: from then on a
+	// Network only the webhook refuses (the gateway is the network
+	// address) is refused at once.
+	select {
+	case <-op.AdmissionInForce():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the admission webhooks are not in force within 60s")
+	}
+	_, err := nets.Create(t.Context(), newNetwork("probe", "10.120.0.0/24", "10.120.0.0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil || !strings.Contains(err.Error(), "admission webhook") {
+		t.Fatalf("dry-run create of a bad Network once admission is in force: %v", err)
+	}
 	if _, err := env.Kube.CoreV1().Secrets(operatorNamespace).Get(t.Context(), "netop-webhook-cert", metav1.GetOptions{}); err != nil {
 		t.Errorf("the serving certificate's Secret: %v", err)
 	}

@@ -11,12 +11,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -438,4 +440,24 @@ func HistogramCount(t testing.TB, o prometheus.Observer) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
+}
+
+// BurnCPU keeps every core busy until the test ends, as other work on a
+// busy machine would: what waits for a cache or a configuration to be
+// taken up then waits longer.
+func BurnCPU(t testing.TB) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range goruntime.NumCPU() {
+		wg.Go(func() {
+			sum := sha256.Sum256(nil)
+			for ctx.Err() == nil {
+				sum = sha256.Sum256(sum[:])
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
 }

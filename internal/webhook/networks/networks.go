@@ -126,7 +126,7 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 	families, errs := a.resolve(n, f)
 	errs = append(errs, namespaceSelector(req, n)...)
 	if len(errs) == 0 {
-		errs = a.overlaps(n, f, families)
+		errs = a.overlaps(ctx, n, f, families)
 	}
 	if len(errs) == 0 {
 		errs = a.addressesHeld(old, f, families)
@@ -138,6 +138,9 @@ func (a *Admission) Validate(ctx context.Context, req *admissionv1.AdmissionRequ
 		klog.FromContext(ctx).V(2).Info("Rejected Network", "network", klog.KObj(n), "errors", errs.ToAggregate().Error())
 		return webhook.Denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 			fmt.Sprintf("Network %s is invalid: %s", n.Name, errs.ToAggregate().Error()))
+	}
+	if req.DryRun == nil || !*req.DryRun {
+		a.CIDRs.Admitted(n)
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings(n, f, families)}
 }
@@ -190,9 +193,13 @@ func (a *Admission) resolve(n *samplecrdv2.Network, f fields) (netspec.Families,
 
 // overlaps finds another Network, in any namespace, whose cidrs overlap one
 // of n's.
-func (a *Admission) overlaps(n *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
+func (a *Admission) overlaps(ctx context.Context, n *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
 	for i, family := range families {
-		if other, ok := a.CIDRs.Overlapping(family.Prefix, n.Namespace, n.Name); ok {
+		other, ok, err := a.CIDRs.Overlapping(ctx, family.Prefix, n.Namespace, n.Name)
+		if err != nil {
+			return field.ErrorList{field.InternalError(f.cidr(i), err)}
+		}
+		if ok {
 			return field.ErrorList{field.Invalid(f.cidr(i), n.Spec.CIDRs[i],
 				fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Overlapping(family.Prefix)))}
 		}
