@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/internal/webhook/networks"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 )
@@ -59,7 +60,7 @@ func newInForceProbe(client versioned.Interface, set webhook.Set, operatorNamesp
 	}
 	p.name = "netop-admission-probe-" + strings.ToLower(rand.Text()[:10])
 	for _, w := range set.Webhooks {
-		if w.Path == PathValidateNetwork {
+		if w.Path == networks.PathValidate {
 			p.validating = w.Name
 		}
 	}
