@@ -59,10 +59,7 @@ func (c Chart) Save(path string) error {
 		return fmt.Errorf("chart %q has no series", c.Title)
 	}
 	p := plot.New()
-	p.Title.Text = c.Title
-	if c.Conditions != "" {
-		p.Title.Text += "\n" + c.Conditions
-	}
+	p.Title.Text = strings.Join(append([]string{c.Title}, wrap(c.Conditions, conditionsWidth)...), "\n")
 	p.X.Label.Text, p.Y.Label.Text = c.XLabel, c.YLabel
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
@@ -107,6 +104,27 @@ func (c Chart) Save(path string) error {
 	return nil
 }
 
+// conditionsWidth is the most characters of conditions on one line under
+// the title: a longer line would run off the chart.
+const conditionsWidth = 100
+
+// wrap breaks text into lines of at most width characters at "; ", the
+// separator of conditions; a part longer than width stays whole.
+func wrap(text string, width int) []string {
+	var lines []string
+	for _, part := range strings.Split(text, "; ") {
+		if part == "" {
+			continue
+		}
+		if n := len(lines) - 1; n >= 0 && len(lines[n])+len("; ")+len(part) <= width {
+			lines[n] += "; " + part
+			continue
+		}
+		lines = append(lines, part)
+	}
+	return lines
+}
+
 // Cumulative is the curve of how many of values are at most each of them:
 // values sorted, against 1..n scaled so that the last point is total (n
 // for a count of pods, 1 for a share).
@@ -132,14 +150,14 @@ func Flags(fs *flag.FlagSet) *Output {
 	return o
 }
 
-// Draw saves c as DIR/name.svg, its conditions followed by the machine
-// and today's date (UTC); without a directory it draws nothing.
+// Draw saves c as DIR/name.svg, its conditions followed by the machine,
+// its load and today's date (UTC); without a directory it draws nothing.
 func (o *Output) Draw(name string, c Chart) error {
 	if o == nil || o.Dir == "" {
 		return nil
 	}
 	var conditions []string
-	for _, s := range []string{c.Conditions, o.Machine, time.Now().UTC().Format(time.DateOnly)} {
+	for _, s := range []string{c.Conditions, o.Machine, load(), time.Now().UTC().Format(time.DateOnly)} {
 		if s != "" {
 			conditions = append(conditions, s)
 		}
@@ -154,6 +172,20 @@ func (o *Output) Draw(name string, c Chart) error {
 	}
 	fmt.Fprintf(os.Stderr, "drew %s\n", path)
 	return nil
+}
+
+// load is the machine's load average over the last 15 minutes, the bench
+// included (/proc/loadavg): on a shared machine it says how shared.
+func load() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) < 3 {
+		return ""
+	}
+	return "load average " + fields[2] + " over 15 min"
 }
 
 // Machine names the CPU by its model (/proc/cpuinfo) and its cores.

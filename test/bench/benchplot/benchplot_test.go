@@ -85,6 +85,17 @@ func TestSaveRefusesUnevenSeries(t *testing.T) {
 	}
 }
 
+func TestWrapBreaksConditionsAtTheirSeparator(t *testing.T) {
+	got := wrap("N = 100; 4 workers; a machine of a long name; 2026-11-28", 20)
+	want := []string{"N = 100; 4 workers", "a machine of a long name", "2026-11-28"}
+	if !slices.Equal(got, want) {
+		t.Errorf("wrap = %q, want %q", got, want)
+	}
+	if got := wrap("", 20); len(got) != 0 {
+		t.Errorf("wrap of nothing = %q", got)
+	}
+}
+
 func TestCumulative(t *testing.T) {
 	s := Cumulative("pods", []float64{3, 1, 2, 4}, 1)
 	if !slices.Equal(s.X, []float64{1, 2, 3, 4}) || !slices.Equal(s.Y, []float64{0.25, 0.5, 0.75, 1}) {
