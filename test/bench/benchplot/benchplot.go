@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Series is one curve, its points in the order they are joined.
@@ -50,10 +51,12 @@ type Chart struct {
 	Goals  []Goal
 }
 
-// width and height are every chart's size.
+// width and height are every chart's size without its legend, which
+// goes under it, out of the curves' way.
 const width, height = 7 * vg.Inch, 4.5 * vg.Inch
 
-// Save draws the chart as an SVG file at path.
+// Save draws the chart at path, in the format its extension names (.svg
+// for BENCHMARKS.md, .png to look at).
 func (c Chart) Save(path string) error {
 	if len(c.Series) == 0 {
 		return fmt.Errorf("chart %q has no series", c.Title)
@@ -61,12 +64,13 @@ func (c Chart) Save(path string) error {
 	p := plot.New()
 	p.Title.Text = strings.Join(append([]string{c.Title}, wrap(c.Conditions, conditionsWidth)...), "\n")
 	p.X.Label.Text, p.Y.Label.Text = c.XLabel, c.YLabel
-	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	if c.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
 	for i, s := range c.Series {
 		if len(s.X) != len(s.Y) || len(s.X) == 0 {
 			return fmt.Errorf("chart %q, series %q: %d X and %d Y", c.Title, s.Name, len(s.X), len(s.Y))
@@ -85,23 +89,40 @@ func (c Chart) Save(path string) error {
 		if c.Marks {
 			marks.Color, marks.Shape = line.Color, plotutil.Shape(i)
 			p.Add(marks)
-			p.Legend.Add(s.Name, line, marks)
+			legend.Add(s.Name, line, marks)
 		} else {
-			p.Legend.Add(s.Name, line)
+			legend.Add(s.Name, line)
 		}
 	}
 	for _, g := range c.Goals {
 		goal := plotter.NewFunction(func(float64) float64 { return g.Y })
 		goal.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
 		p.Add(goal)
-		p.Legend.Add(g.Name, goal)
+		legend.Add(g.Name, goal)
 		p.Y.Max = math.Max(p.Y.Max, g.Y)
 		p.Y.Min = math.Min(p.Y.Min, g.Y)
 	}
-	if err := p.Save(width, height, path); err != nil {
-		return fmt.Errorf("saving %s: %w", path, err)
+	// A little room above the highest curve or goal, which would
+	// otherwise run along the frame.
+	p.Y.Max += (p.Y.Max - p.Y.Min) * 0.05
+	legendHeight := legend.Rectangle(draw.Canvas{}).Size().Y + vg.Points(8)
+	canvas, err := draw.NewFormattedCanvas(width, height+legendHeight, strings.TrimPrefix(filepath.Ext(path), "."))
+	if err != nil {
+		return fmt.Errorf("drawing %s: %w", path, err)
 	}
-	return nil
+	whole := draw.New(canvas)
+	p.Draw(draw.Crop(whole, 0, 0, legendHeight, 0))
+	legend.XOffs = vg.Points(10)
+	legend.Draw(draw.Crop(whole, 0, 0, 0, -height))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := canvas.WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // conditionsWidth is the most characters of conditions on one line under
