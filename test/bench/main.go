@@ -11,6 +11,10 @@
 // measured in turn, netop and the floor side by side, so that the cost per
 // Network can be compared across N from one run.
 //
+// --plot-dir DIR draws the ratio to the floor against N and the Networks
+// Ready over time at the last N as SVG files in DIR (BENCHMARKS.md's are in
+// docs/benchmarks).
+//
 // Run it as root: go run ./test/bench --networks 100
 package main
 

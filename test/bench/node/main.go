@@ -17,6 +17,8 @@
 // --only runs one other part instead: hotplug, ondemand, or peers (pods
 // at once through the kubelet: eth0 only, with net1 by netop, and eth0
 // by whereabouts, the peer test/bench/peers measures through libcni).
+// --plot-dir DIR draws the first part's pod create to Running in each
+// round as an SVG file in DIR (BENCHMARKS.md's is in docs/benchmarks).
 package main
 
 import (

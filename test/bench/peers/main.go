@@ -20,6 +20,9 @@
 // Then (--node-pods) pods at once through the kubelet on netop-standalone's
 // real node with each IPAM: test/bench/node --only peers.
 //
+// --plot-dir DIR draws the pods attached over time in each scenario as an
+// SVG file in DIR (BENCHMARKS.md's is in docs/benchmarks).
+//
 // Run it as root: go run ./test/bench/peers --pods 1000 --concurrency 50
 package main
 
