@@ -11,6 +11,10 @@
 // measured in turn, netop and the floor side by side, so that the cost per
 // Network can be compared across N from one run.
 //
+// --plot-dir DIR draws the ratio to the floor against N and the Networks
+// Ready over time at the last N as SVG files in DIR (BENCHMARKS.md's are in
+// docs/benchmarks).
+//
 // Run it as root: go run ./test/bench --networks 100
 package main
 
@@ -60,6 +64,7 @@ import (
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
 	informers "github.com/netop-dev/netop/pkg/generated/informers/externalversions"
+	"github.com/netop-dev/netop/test/bench/benchplot"
 	"github.com/netop-dev/netop/test/bench/benchproc"
 )
 
@@ -89,6 +94,7 @@ func main() {
 	flag.BoolVar(&c.restart, "restart", false, "also restart the controller over the Ready Networks")
 	flag.StringVar(&c.contentType, "kube-api-content-type", "", "netop's --kube-api-content-type (encoding of built-in resources: Events here); default: netop's")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "write netop's CPU profile (creates to all Ready) and allocation profile here (go tool pprof DIR/cpu.pprof)")
+	plots := benchplot.Flags(flag.CommandLine)
 	flag.Parse()
 	c.qps = float32(*qps)
 	for _, f := range strings.Split(*networks, ",") {
@@ -113,7 +119,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := run(c); err != nil {
+	if err := run(c, plots); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -126,8 +132,11 @@ type result struct {
 	seconds       float64
 	createSeconds float64 // start to the last create answered
 	p50, p99      float64
-	writes        map[string]float64 // "verb resource" → count
-	cpuSeconds    float64
+	// readyAfter is, for each Network, the seconds from the first create
+	// to it Ready, in no order.
+	readyAfter []float64
+	writes     map[string]float64 // "verb resource" → count
+	cpuSeconds float64
 	// cpuSystemSeconds is the kernel's share of cpuSeconds (netlink: the
 	// bridges themselves).
 	cpuSystemSeconds float64
@@ -188,122 +197,166 @@ type bench struct {
 	conversion *testenv.ConversionServer
 }
 
-func run(c config) error {
+func run(c config, plots *benchplot.Output) error {
 	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(io.Discard))))
-	dir, err := os.MkdirTemp("", "netop-bench-")
+	b, tearDown, err := setUp(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	defer tearDown()
+	var steps []step
+	largest := slices.Max(c.networks)
+	for k, n := range c.networks {
+		st, err := b.measureStep(ctx, k, n, n == largest)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, st)
+	}
+	tutorial, err := b.measureTutorial(ctx)
+	if err != nil {
+		return err
+	}
+	report(c, steps, tutorial)
+	return drawNetworks(plots, c, steps)
+}
+
+// setUp builds netop, starts a control plane with netop's CRDs, the
+// bench's conversion webhook and the namespaces every step shares, and
+// returns the bench on it; tearDown undoes it, last first.
+func setUp(ctx context.Context, c config) (b *bench, tearDown func(), err error) {
+	undo := &benchproc.Cleanup{}
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	dir, err := os.MkdirTemp("", "netop-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	undo.Add(func() { _ = os.RemoveAll(dir) })
 	netopBinary := filepath.Join(dir, "netop")
 	if err := gobuild.Command(netopBinary, "github.com/netop-dev/netop/cmd/netop"); err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "starting a control plane in %s\n", dir)
 	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer cp.Stop()
+	undo.Add(cp.Stop)
 	admin := cp.AdminConfig()
 	admin.QPS, admin.Burst = 5000, 10000
 	if err := install.CRDs(ctx, admin); err != nil {
-		return err
+		return nil, nil, err
 	}
 	conversion, err := testenv.ServeConversion(ctx, admin)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer conversion.Close()
-	b := &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
+	undo.Add(conversion.Close)
+	b = &bench{netopBinary: netopBinary, cfg: c, cp: cp, dir: dir, admin: admin,
 		netop: versioned.NewForConfigOrDie(admin), kube: kubernetes.NewForConfigOrDie(admin),
 		netns: fmt.Sprintf("netop-bench-%d", os.Getpid()), conversion: conversion}
-	defer func() {
-		for _, ns := range b.netnses {
-			// The bridges first, in one batch, waited for: left to the
-			// namespace's end, the kernel tears them down after this
-			// process is gone, holding the RTNL lock for minutes at
-			// N=10000, and the next run's controller waits for it.
-			if out, err := exec.Command("ip", "-n", ns, "link", "delete", "group", strconv.Itoa(linux.BridgeGroup)).CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "deleting the bridges in %s: %v: %s\n", ns, err, out)
-			}
-			_ = nettest.DeleteNetns(ns)
-		}
-	}()
+	undo.Add(b.deleteNetnses)
 	for _, ns := range []string{"tutorial", "netop-system"} {
 		if err := install.Namespace(ctx, admin, ns); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
+	return b, undo.Run, nil
+}
 
-	var steps []step
-	largest := slices.Max(c.networks)
-	for k, n := range c.networks {
-		st := step{networks: n}
-		ours, floor := fmt.Sprintf("ours-%d", k), fmt.Sprintf("floor-%d", k)
-		for _, ns := range []string{ours, floor} {
-			if err := install.Namespace(ctx, admin, ns); err != nil {
-				return err
-			}
+// deleteNetnses removes the network namespaces the controllers built in.
+func (b *bench) deleteNetnses() {
+	for _, ns := range b.netnses {
+		// The bridges first, in one batch, waited for: left to the
+		// namespace's end, the kernel tears them down after this
+		// process is gone, holding the RTNL lock for minutes at
+		// N=10000, and the next run's controller waits for it.
+		if out, err := exec.Command("ip", "-n", ns, "link", "delete", "group", strconv.Itoa(linux.BridgeGroup)).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "deleting the bridges in %s: %v: %s\n", ns, err, out)
 		}
-		// Each N has its own namespaces, network namespace and cidrs, and
-		// the Networks of the step before are gone from the API (their
-		// finalizers removed, their bridges left in place in their own
-		// network namespace: deleting them would hold the kernel's lock
-		// for minutes): the controller (of every namespace, as its
-		// webhooks require) sees exactly N Networks.
-		args := controllerArgs{
-			workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k),
-			profiling: c.profileDir != "" && n == largest, contentType: c.contentType,
-			restartNext: c.restart && n == largest,
-		}
-		if args.restartNext {
-			if args.webhookAddr, err = freeAddr(); err != nil {
-				return err
-			}
-		}
-		b.netnses = append(b.netnses, args.netns)
-		fmt.Fprintf(os.Stderr, "netop: %d Networks\n", n)
-		if st.ours, err = b.measure(ctx, "netop", ours, n, 10+k, args); err != nil {
-			return fmt.Errorf("netop, %d Networks: %w", n, err)
-		}
-		if args.restartNext {
-			fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", n)
-			args.profiling, args.restartNext = false, false
-			if st.restart, err = b.restartRun(ctx, n, args); err != nil {
-				return fmt.Errorf("restart: %w", err)
-			}
-		}
-		if err := b.removeWebhooks(ctx, floor); err != nil {
-			return err
-		}
-		if err := b.purge(ctx, ours); err != nil {
-			return err
-		}
-		// The floor runs after netop, whose configurations it must not
-		// meet, with netop stopped.
-		if !c.skipFloor {
-			fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", n)
-			if st.floor, err = b.floor(ctx, floor, n, 100+k); err != nil {
-				return fmt.Errorf("floor, %d Networks: %w", n, err)
-			}
-			if err := b.purge(ctx, floor); err != nil {
-				return err
-			}
-		}
-		steps = append(steps, st)
+		_ = nettest.DeleteNetns(ns)
 	}
-	var tutorial *result
-	if !c.skipTutorial {
-		fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
-		args := controllerArgs{workers: 2, qps: 5, burst: 10, webhooks: false, netns: b.netns + "-t", namespace: "tutorial"}
-		b.netnses = append(b.netnses, args.netns)
-		if tutorial, err = b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, args); err != nil {
-			return fmt.Errorf("tutorial: %w", err)
+}
+
+// measureStep measures the k-th N, n Networks: netop, then (on the
+// largest N, with --restart) netop restarted over them, then the floor.
+func (b *bench) measureStep(ctx context.Context, k, n int, largest bool) (step, error) {
+	c := b.cfg
+	st := step{networks: n}
+	ours, floor := fmt.Sprintf("ours-%d", k), fmt.Sprintf("floor-%d", k)
+	for _, ns := range []string{ours, floor} {
+		if err := install.Namespace(ctx, b.admin, ns); err != nil {
+			return st, err
 		}
 	}
-	report(c, steps, tutorial)
-	return nil
+	// Each N has its own namespaces, network namespace and cidrs, and
+	// the Networks of the step before are gone from the API (their
+	// finalizers removed, their bridges left in place in their own
+	// network namespace: deleting them would hold the kernel's lock
+	// for minutes): the controller (of every namespace, as its
+	// webhooks require) sees exactly N Networks.
+	args := controllerArgs{
+		workers: c.workers, qps: c.qps, burst: c.burst, webhooks: true, netns: fmt.Sprintf("%s-%d", b.netns, k),
+		profiling: c.profileDir != "" && largest, contentType: c.contentType,
+		restartNext: c.restart && largest,
+	}
+	var err error
+	if args.restartNext {
+		if args.webhookAddr, err = freeAddr(); err != nil {
+			return st, err
+		}
+	}
+	b.netnses = append(b.netnses, args.netns)
+	fmt.Fprintf(os.Stderr, "netop: %d Networks\n", n)
+	if st.ours, err = b.measure(ctx, "netop", ours, n, 10+k, args); err != nil {
+		return st, fmt.Errorf("netop, %d Networks: %w", n, err)
+	}
+	if args.restartNext {
+		fmt.Fprintf(os.Stderr, "restart over %d Ready Networks\n", n)
+		args.profiling, args.restartNext = false, false
+		if st.restart, err = b.restartRun(ctx, n, args); err != nil {
+			return st, fmt.Errorf("restart: %w", err)
+		}
+	}
+	if err := b.removeWebhooks(ctx, floor); err != nil {
+		return st, err
+	}
+	if err := b.purge(ctx, ours); err != nil {
+		return st, err
+	}
+	// The floor runs after netop, whose configurations it must not
+	// meet, with netop stopped.
+	if !c.skipFloor {
+		fmt.Fprintf(os.Stderr, "floor: %d creates and status writes\n", n)
+		if st.floor, err = b.floor(ctx, floor, n, 100+k); err != nil {
+			return st, fmt.Errorf("floor, %d Networks: %w", n, err)
+		}
+		if err := b.purge(ctx, floor); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// measureTutorial measures the tutorial controller's defaults, unless
+// --skip-tutorial (nil then).
+func (b *bench) measureTutorial(ctx context.Context) (*result, error) {
+	c := b.cfg
+	if c.skipTutorial {
+		return nil, nil
+	}
+	fmt.Fprintf(os.Stderr, "tutorial: %d Networks at 5 QPS / 10 burst, 2 workers\n", c.tutorialNetworks)
+	args := controllerArgs{workers: 2, qps: 5, burst: 10, webhooks: false, netns: b.netns + "-t", namespace: "tutorial"}
+	b.netnses = append(b.netnses, args.netns)
+	tutorial, err := b.measure(ctx, "tutorial", "tutorial", c.tutorialNetworks, 172, args)
+	if err != nil {
+		return nil, fmt.Errorf("tutorial: %w", err)
+	}
+	return tutorial, nil
 }
 
 // step is what was measured at one N.
@@ -457,11 +510,13 @@ func (b *bench) floor(ctx context.Context, namespace string, n, first int) (*res
 		return nil, writeErr
 	}
 	r := &result{name: "floor", networks: n, createSeconds: created, writes: map[string]float64{"put networks/status": float64(len(done))}}
-	r.seconds, r.p50, r.p99 = timing(start, sent, done)
+	r.timing(start, sent, done)
 	return r, nil
 }
 
-func timing(start time.Time, sent, ready map[string]time.Time) (total, p50, p99 float64) {
+// timing sets r's time from start to the last Network Ready, each
+// Network's, and the p50 and p99 from its create sent to it Ready.
+func (r *result) timing(start time.Time, sent, ready map[string]time.Time) {
 	var lat []float64
 	last := start
 	for name, at := range ready {
@@ -469,6 +524,7 @@ func timing(start time.Time, sent, ready map[string]time.Time) (total, p50, p99 
 			last = at
 		}
 		lat = append(lat, at.Sub(sent[name]).Seconds())
+		r.readyAfter = append(r.readyAfter, at.Sub(start).Seconds())
 	}
 	sort.Float64s(lat)
 	pct := func(p float64) float64 {
@@ -477,7 +533,7 @@ func timing(start time.Time, sent, ready map[string]time.Time) (total, p50, p99 
 		}
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
-	return last.Sub(start).Seconds(), pct(0.50), pct(0.99)
+	r.seconds, r.p50, r.p99 = last.Sub(start).Seconds(), pct(0.50), pct(0.99)
 }
 
 // controllerArgs configure a controller child process.
@@ -726,7 +782,7 @@ func (b *bench) measure(ctx context.Context, name, namespace string, n, first in
 		return nil, fmt.Errorf("%d of %d Networks Ready within %v", len(ready()), n, deadline)
 	}
 	r := &result{name: name, networks: n, createSeconds: created}
-	r.seconds, r.p50, r.p99 = timing(start, sent, ready())
+	r.timing(start, sent, ready())
 	if a.profiling {
 		err := errors.Join(<-profiled, benchproc.SaveProfile(c.metricsAddr, "allocs", filepath.Join(b.cfg.profileDir, "allocs.pprof")))
 		if err != nil {
@@ -930,4 +986,40 @@ func report(c config, steps []step, tutorial *result) {
 		line, _ := json.Marshal(out)
 		fmt.Println(string(line))
 	}
+}
+
+// drawNetworks draws netop's time to all Ready over the floor's at each N
+// (with the floor), and the Networks Ready over time at the last N,
+// netop's and the floor's.
+func drawNetworks(plots *benchplot.Output, c config, steps []step) error {
+	var ns []string
+	for _, n := range c.networks {
+		ns = append(ns, strconv.Itoa(n))
+	}
+	conditions := fmt.Sprintf("N = %s; netop %d workers, %g QPS / %d burst; %d creates in flight, v1 clients, v2 served",
+		strings.Join(ns, ", "), c.workers, c.qps, c.burst, c.concurrency)
+	if !c.skipFloor {
+		ratio := benchplot.Series{Name: "netop"}
+		for _, st := range steps {
+			ratio.X = append(ratio.X, float64(st.networks))
+			ratio.Y = append(ratio.Y, st.ours.seconds/st.floor.seconds)
+		}
+		if err := plots.Draw("networks-ratio-to-floor", benchplot.Chart{
+			Title:      "Creating N Networks: netop's time to all Ready over the API floor's",
+			Conditions: conditions, XLabel: "Networks created at once (N)", YLabel: "netop's time / the floor's",
+			Marks: true, Series: []benchplot.Series{ratio}, Goals: []benchplot.Goal{{Name: "goal: at most 1.05", Y: 1.05}},
+		}); err != nil {
+			return err
+		}
+	}
+	last := steps[len(steps)-1]
+	series := []benchplot.Series{benchplot.Cumulative("netop", last.ours.readyAfter, float64(last.networks))}
+	if last.floor != nil {
+		series = append(series, benchplot.Cumulative("floor (bare client: create, one status write)", last.floor.readyAfter, float64(last.networks)))
+	}
+	return plots.Draw("networks-ready-over-time", benchplot.Chart{
+		Title:      fmt.Sprintf("Creating %d Networks: Networks Ready over time", last.networks),
+		Conditions: conditions, XLabel: "seconds from the first create", YLabel: "Networks Ready",
+		Series: series,
+	})
 }

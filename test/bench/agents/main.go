@@ -47,6 +47,7 @@ import (
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	samplecrdv1client "github.com/netop-dev/netop/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	"github.com/netop-dev/netop/test/bench/benchproc"
 )
 
@@ -115,103 +116,178 @@ func run(agentCount, networkCount, perNode int) error {
 		return fmt.Errorf("--per-node %d: %d agents in pairs need %d Networks, not %d", perNode, agentCount, perNode*((agentCount+1)/2), networkCount)
 	}
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "netop-bench-agents-")
+	b, tearDown, err := setUp(ctx, agentCount, perNode)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	binary := filepath.Join(dir, "netop")
-	if err := gobuild.Command(binary, "github.com/netop-dev/netop/cmd/netop"); err != nil {
+	defer tearDown()
+	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, b.controller.Metrics, b.agents[0].Metrics, networkCount)
+
+	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount, PerNode: perNode}
+	began := time.Now()
+	if res.CreateRetries, err = b.createNetworks(ctx, networkCount); err != nil {
 		return err
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: dir})
-	if err != nil {
+	if err := b.waitAllReady(ctx, networkCount, began); err != nil {
 		return err
 	}
-	defer cp.Stop()
-	cfg := cp.AdminConfig()
+	res.AllReadyS = time.Since(began).Seconds()
+	if perNode > 0 {
+		if err := b.placePods(ctx, &res); err != nil {
+			return err
+		}
+	}
+	if err := b.measureAgents(ctx, networkCount, &res); err != nil {
+		return err
+	}
+	res.print()
+	return nil
+}
+
+// bench is the cluster measured: one control plane, the nodes (a network
+// namespace each on an underlay, and a Node object), the controller and
+// an agent per node.
+type bench struct {
+	binary, dir string
+	cp          *controlplane.ControlPlane
+	kube        kubernetes.Interface
+	nets        samplecrdv1client.NetworkInterface
+	// names are the nodes', netnss their network namespaces'.
+	names, netnss []string
+	underlay      *node.Underlay
+	perNode       int
+	controller    *benchproc.Proc
+	agents        []*benchproc.Proc
+}
+
+// setUp builds netop and starts the cluster, and returns once every netop
+// process is ready; tearDown undoes it, last first.
+func setUp(ctx context.Context, agentCount, perNode int) (b *bench, tearDown func(), err error) {
+	undo := &benchproc.Cleanup{}
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	b = &bench{perNode: perNode}
+	if b.dir, err = os.MkdirTemp("", "netop-bench-agents-"); err != nil {
+		return nil, nil, err
+	}
+	undo.Add(func() { _ = os.RemoveAll(b.dir) })
+	b.binary = filepath.Join(b.dir, "netop")
+	if err := gobuild.Command(b.binary, "github.com/netop-dev/netop/cmd/netop"); err != nil {
+		return nil, nil, err
+	}
+	if b.cp, err = controlplane.Start(ctx, controlplane.Config{DataDir: b.dir}); err != nil {
+		return nil, nil, err
+	}
+	undo.Add(b.cp.Stop)
+	cfg := b.cp.AdminConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
 	if err := install.CRDs(ctx, cfg); err != nil {
-		return err
+		return nil, nil, err
 	}
 	// The bench writes v1, the storage version is v2: conversion until the
 	// controller serves it.
 	conversion, err := testenv.ServeConversion(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer conversion.Close()
+	undo.Add(conversion.Close)
 	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
-		return err
+		return nil, nil, err
 	}
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	nets := versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+	b.kube = kubernetes.NewForConfigOrDie(cfg)
+	b.nets = versioned.NewForConfigOrDie(cfg).SamplecrdV1().Networks("default")
+	if err := b.makeNodes(ctx, agentCount, undo); err != nil {
+		return nil, nil, err
+	}
+	if err := b.startNetop(agentCount, undo); err != nil {
+		return nil, nil, err
+	}
+	if err := b.waitReady(ctx, append(slices.Clone(b.agents), b.controller)); err != nil {
+		return nil, nil, fmt.Errorf("netop processes not ready: %w", err)
+	}
+	return b, undo.Run, nil
+}
 
-	// The nodes: a namespace each on an underlay, and a Node object with
-	// its address.
-	names := make([]string, agentCount)
-	netnss := make([]string, agentCount)
-	for i := range names {
-		names[i] = fmt.Sprintf("bench-%d", i+1)
-		netnss[i] = fmt.Sprintf("netop-bench-%d", i+1)
+// makeNodes makes the nodes: a namespace each on an underlay, and a Node
+// object with its address; undo removes them.
+func (b *bench) makeNodes(ctx context.Context, agentCount int, undo *benchproc.Cleanup) error {
+	b.names = make([]string, agentCount)
+	b.netnss = make([]string, agentCount)
+	for i := range b.names {
+		b.names[i] = fmt.Sprintf("bench-%d", i+1)
+		b.netnss[i] = fmt.Sprintf("netop-bench-%d", i+1)
 	}
-	underlay, err := node.NewUnderlay("netop-bench", netip.MustParsePrefix("10.253.0.0/24"), netnss)
-	if err != nil {
+	var err error
+	if b.underlay, err = node.NewUnderlay("netop-bench", netip.MustParsePrefix("10.253.0.0/24"), b.netnss); err != nil {
 		return err
 	}
-	defer func() {
-		underlay.Remove()
-		for _, ns := range netnss {
+	undo.Add(func() {
+		b.underlay.Remove()
+		for _, ns := range b.netnss {
 			_ = exec.Command("ip", "netns", "delete", ns).Run()
 		}
-	}()
-	for i, name := range names {
-		if err := testenv.RegisterNode(ctx, kube, name, underlay.Nodes[i].Address.String()); err != nil {
+	})
+	for i, name := range b.names {
+		if err := testenv.RegisterNode(ctx, b.kube, name, b.underlay.Nodes[i].Address.String()); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
+// startNetop starts the controller and an agent per node; undo stops
+// them.
+func (b *bench) startNetop(agentCount int, undo *benchproc.Cleanup) error {
 	controllerAddr := benchproc.FreePort()
-	controller, err := benchproc.Start([]string{binary, "controller", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
-		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
-		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr, "--profiling"}, controllerAddr, filepath.Join(dir, "controller.log"))
+	var err error
+	b.controller, err = benchproc.Start([]string{b.binary, "controller", "--kubeconfig", b.cp.KubeconfigPath, "--leader-elect=false",
+		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(b.dir, "webhook"),
+		"--operator-namespace", "netop-system", "--metrics-addr", controllerAddr, "--profiling"}, controllerAddr, filepath.Join(b.dir, "controller.log"))
 	if err != nil {
 		return err
 	}
-	defer controller.Stop()
-	startAgent := func(i int) (*benchproc.Proc, error) {
-		addr := benchproc.FreePort()
-		return benchproc.Start([]string{binary, "agent", "--kubeconfig", cp.KubeconfigPath, "--node-name", names[i], "--netns", netnss[i],
-			"--metrics-addr", addr, "--profiling", fmt.Sprintf("--networks-on-demand=%t", perNode > 0)}, addr, filepath.Join(dir, names[i]+".log"))
-	}
-	agents := make([]*benchproc.Proc, agentCount)
-	for i := range agents {
-		if agents[i], err = startAgent(i); err != nil {
+	undo.Add(b.controller.Stop)
+	b.agents = make([]*benchproc.Proc, agentCount)
+	undo.Add(func() {
+		for _, a := range b.agents {
+			if a != nil {
+				a.Stop()
+			}
+		}
+	})
+	for i := range b.agents {
+		if b.agents[i], err = b.startAgent(i); err != nil {
 			return err
 		}
 	}
-	defer func() {
-		for _, a := range agents {
-			a.Stop()
-		}
-	}()
-	waitReady := func(procs []*benchproc.Proc) error {
-		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-			for _, p := range procs {
-				if !p.Ready() {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-	}
-	if err := waitReady(append(slices.Clone(agents), controller)); err != nil {
-		return fmt.Errorf("netop processes not ready: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "%d agents and the controller ready (pprof: controller %s, first agent %s); creating %d Networks\n", agentCount, controller.Metrics, agents[0].Metrics, networkCount)
+	return nil
+}
 
-	res := result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Agents: agentCount, Networks: networkCount, PerNode: perNode}
-	began := time.Now()
+// startAgent starts node i's agent.
+func (b *bench) startAgent(i int) (*benchproc.Proc, error) {
+	addr := benchproc.FreePort()
+	return benchproc.Start([]string{b.binary, "agent", "--kubeconfig", b.cp.KubeconfigPath, "--node-name", b.names[i], "--netns", b.netnss[i],
+		"--metrics-addr", addr, "--profiling", fmt.Sprintf("--networks-on-demand=%t", b.perNode > 0)}, addr, filepath.Join(b.dir, b.names[i]+".log"))
+}
+
+// waitReady waits until every one of procs is ready.
+func (b *bench) waitReady(ctx context.Context, procs []*benchproc.Proc) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		for _, p := range procs {
+			if !p.Ready() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// createNetworks creates networkCount Networks, 8 at once, and returns how
+// many creates were retried.
+func (b *bench) createNetworks(ctx context.Context, networkCount int) (int64, error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, networkCount)
 	sem := make(chan struct{}, 8)
@@ -225,7 +301,7 @@ func run(agentCount, networkCount, perNode int) error {
 			// As kubectl apply run again would: a webhook call that timed
 			// out on a saturated machine is retried, and counted.
 			for attempt := 0; ; attempt++ {
-				_, err := nets.Create(ctx, n, metav1.CreateOptions{})
+				_, err := b.nets.Create(ctx, n, metav1.CreateOptions{})
 				if err == nil || apierrors.IsAlreadyExists(err) {
 					return
 				}
@@ -238,33 +314,40 @@ func run(agentCount, networkCount, perNode int) error {
 		})
 	}
 	wg.Wait()
-	res.CreateRetries = retries.Load()
 	close(errs)
 	for err := range errs {
-		return fmt.Errorf("creating Networks: %w", err)
+		return retries.Load(), fmt.Errorf("creating Networks: %w", err)
 	}
+	return retries.Load(), nil
+}
+
+// allReady reports whether all networkCount Networks are Ready on every
+// node (on demand: on the nodes that realise them), and how many are.
+func (b *bench) allReady(ctx context.Context, networkCount int) (bool, string) {
 	// On demand, a Network is Ready on the nodes that realise it: none
 	// before the pods come.
-	want := fmt.Sprintf("%d/%d", agentCount, agentCount)
-	if perNode > 0 {
+	want := fmt.Sprintf("%d/%d", len(b.agents), len(b.agents))
+	if b.perNode > 0 {
 		want = "any"
 	}
-	allReady := func() (bool, string) {
-		list, err := nets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := 0
-		for _, n := range list.Items {
-			if n.Status.Nodes != nil && (perNode > 0 || n.Status.Nodes.Summary == want) && len(n.Status.Conditions) > 0 && n.Status.Conditions[0].Status == metav1.ConditionTrue {
-				ready++
-			}
-		}
-		return ready == networkCount, fmt.Sprintf("%d of %d Ready on %s", ready, networkCount, want)
+	list, err := b.nets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
 	}
+	ready := 0
+	for _, n := range list.Items {
+		if n.Status.Nodes != nil && (b.perNode > 0 || n.Status.Nodes.Summary == want) && len(n.Status.Conditions) > 0 && n.Status.Conditions[0].Status == metav1.ConditionTrue {
+			ready++
+		}
+	}
+	return ready == networkCount, fmt.Sprintf("%d of %d Ready on %s", ready, networkCount, want)
+}
+
+// waitAllReady waits until allReady, printing its progress since began.
+func (b *bench) waitAllReady(ctx context.Context, networkCount int, began time.Time) error {
 	var last string
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(context.Context) (bool, error) {
-		ok, msg := allReady()
+		ok, msg := b.allReady(ctx, networkCount)
 		if msg != last {
 			fmt.Fprintf(os.Stderr, "%5.0fs %s\n", time.Since(began).Seconds(), msg)
 			last = msg
@@ -273,47 +356,54 @@ func run(agentCount, networkCount, perNode int) error {
 	}); err != nil {
 		return fmt.Errorf("not all Ready: %s", last)
 	}
-	res.AllReadyS = time.Since(began).Seconds()
-	if perNode > 0 {
-		list, err := nets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		byName := map[string]types.UID{}
-		for _, n := range list.Items {
-			byName[n.Name] = n.UID
-		}
-		if err := place(ctx, kube, names, netnss, underlay, perNode, byName, &res); err != nil {
-			return err
-		}
+	return nil
+}
+
+// placePods gives each node its pod on --per-node Networks (place).
+func (b *bench) placePods(ctx context.Context, res *result) error {
+	list, err := b.nets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
 	}
-	// The agents' last report may still be on its way: converged is when
-	// no agent writes for a few seconds.
-	quiet := func() ([]float64, []float64) {
-		var writes, requests []float64
-		prev := -1.0
-		for {
-			writes, requests = nil, nil
-			total := 0.0
-			for _, a := range agents {
-				w := a.Metric("netop_api_writes_total")
-				writes = append(writes, w)
-				requests = append(requests, a.Metric("netop_api_requests_total"))
-				total += w
-			}
-			if total == prev {
-				return writes, requests
-			}
-			prev = total
-			time.Sleep(5 * time.Second)
-		}
+	byName := map[string]types.UID{}
+	for _, n := range list.Items {
+		byName[n.Name] = n.UID
 	}
-	startWrites, startRequests := quiet()
+	return place(ctx, b.kube, b.names, b.netnss, b.underlay, b.perNode, byName, res)
+}
+
+// quiet waits until the agents converge, when no agent writes for a few
+// seconds (their last report may still be on its way), and returns each
+// agent's API writes and requests so far.
+func (b *bench) quiet() (writes, requests []float64) {
+	prev := -1.0
+	for {
+		writes, requests = nil, nil
+		total := 0.0
+		for _, a := range b.agents {
+			w := a.Metric("netop_api_writes_total")
+			writes = append(writes, w)
+			requests = append(requests, a.Metric("netop_api_requests_total"))
+			total += w
+		}
+		if total == prev {
+			return writes, requests
+		}
+		prev = total
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// measureAgents records, once converged, what the agents and the
+// controller wrote and cost; then the agents' writes in a quiet minute,
+// and from a restart of every agent to converged again.
+func (b *bench) measureAgents(ctx context.Context, networkCount int, res *result) error {
+	startWrites, startRequests := b.quiet()
 	res.StartWrites, res.StartRequests = statOf(startWrites), statOf(startRequests)
-	res.ControllerWrites = controller.Metric("netop_api_writes_total")
-	res.ControllerCPUS, res.ControllerRSSMiB = controller.Usage()
+	res.ControllerWrites = b.controller.Metric("netop_api_writes_total")
+	res.ControllerCPUS, res.ControllerRSSMiB = b.controller.Usage()
 	var cpus, rss []float64
-	for _, a := range agents {
+	for _, a := range b.agents {
 		c, r := a.Usage()
 		cpus, rss = append(cpus, c), append(rss, r)
 	}
@@ -321,27 +411,32 @@ func run(agentCount, networkCount, perNode int) error {
 
 	fmt.Fprintln(os.Stderr, "converged; a quiet minute")
 	time.Sleep(time.Minute)
-	steadyWrites, steadyRequests := quiet()
+	steadyWrites, steadyRequests := b.quiet()
 	res.SteadyWrites = statOf(diff(steadyWrites, startWrites))
 	res.SteadyRequests = statOf(diff(steadyRequests, startRequests))
 
 	fmt.Fprintln(os.Stderr, "restarting every agent")
-	for i, a := range agents {
+	for i, a := range b.agents {
 		a.Stop()
-		if agents[i], err = startAgent(i); err != nil {
+		var err error
+		if b.agents[i], err = b.startAgent(i); err != nil {
 			return err
 		}
 	}
-	if err := waitReady(agents); err != nil {
+	if err := b.waitReady(ctx, b.agents); err != nil {
 		return fmt.Errorf("agents not ready after the restart: %w", err)
 	}
-	restartWrites, restartRequests := quiet()
+	restartWrites, restartRequests := b.quiet()
 	res.RestartWrites, res.RestartRequests = statOf(restartWrites), statOf(restartRequests)
-	if ok, msg := allReady(); !ok {
+	if ok, msg := b.allReady(ctx, networkCount); !ok {
 		return fmt.Errorf("after the restart: %s", msg)
 	}
+	return nil
+}
 
-	fmt.Printf("%d agents, %d Networks, %d CPUs, %s\n", agentCount, networkCount, res.CPUs, res.Date)
+// print prints the result as a table and a JSON line.
+func (res result) print() {
+	fmt.Printf("%d agents, %d Networks, %d CPUs, %s\n", res.Agents, res.Networks, res.CPUs, res.Date)
 	fmt.Printf("%-44s %10s %10s\n", "", "mean", "max")
 	row := func(name string, s stat) { fmt.Printf("%-44s %10.1f %10.1f\n", name, s.Mean, s.Max) }
 	fmt.Printf("%-44s %10.1f\n", "all Ready on all nodes (s)", res.AllReadyS)
@@ -357,15 +452,14 @@ func run(agentCount, networkCount, perNode int) error {
 	fmt.Printf("%-44s %10.1f\n", "controller API writes", res.ControllerWrites)
 	fmt.Printf("%-44s %10.1f\n", "controller CPU (s)", res.ControllerCPUS)
 	fmt.Printf("%-44s %10.1f\n", "controller RSS (MiB)", res.ControllerRSSMiB)
-	if perNode > 0 {
-		fmt.Printf("%-44s %10.1f\n", fmt.Sprintf("%d Networks per node usable (s)", perNode), res.PlacedS)
+	if res.PerNode > 0 {
+		fmt.Printf("%-44s %10.1f\n", fmt.Sprintf("%d Networks per node usable (s)", res.PerNode), res.PlacedS)
 		row("links per node", res.Links)
 		row("VXLAN devices per node", res.VXLANDevices)
 		row("flooding entries per node", res.FloodEntries)
 	}
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
-	return nil
 }
 
 func diff(a, b []float64) []float64 {

@@ -17,6 +17,8 @@
 // --only runs one other part instead: hotplug, ondemand, or peers (pods
 // at once through the kubelet: eth0 only, with net1 by netop, and eth0
 // by whereabouts, the peer test/bench/peers measures through libcni).
+// --plot-dir DIR draws the first part's pod create to Running in each
+// round as an SVG file in DIR (BENCHMARKS.md's is in docs/benchmarks).
 package main
 
 import (
@@ -61,6 +63,7 @@ import (
 	"github.com/netop-dev/netop/pkg/apis/k8s.cni.cncf.io/v1beta1"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchplot"
 	"github.com/netop-dev/netop/test/bench/benchproc"
 	"github.com/netop-dev/netop/test/bench/whereabouts"
 )
@@ -127,8 +130,9 @@ func main() {
 	only := flag.String("only", "", "run only one part: hotplug, ondemand (on two nodes: a pod starting on a Network its node realises on demand, against one on a Network already there, --pods of each), or peers (--pods at once: eth0 only, with net1 by netop, with eth0 by whereabouts)")
 	passes := flag.Int("passes", 2, "with --only peers, the passes over the four configurations, every other one in reverse order")
 	whereaboutsVersion := flag.String("whereabouts-version", whereabouts.DefaultVersion, "with --only peers, the version of "+whereabouts.Module+" to build")
+	plots := benchplot.Flags(flag.CommandLine)
 	flag.Parse()
-	run := run
+	run := func(pods, policies, changes int) error { return run(pods, policies, changes, plots) }
 	switch *only {
 	case "hotplug":
 		run = func(_, _, changes int) error { return runHotPlug(changes) }
@@ -173,7 +177,7 @@ func workspace() (binary, dataDir, netns string, done func(), err error) {
 	return binary, filepath.Join(tmp, "d"), netns, done, nil
 }
 
-func run(pods, policies, changes int) error {
+func run(pods, policies, changes int, plots *benchplot.Output) error {
 	binary, dataDir, netns, done, err := workspace()
 	if err != nil {
 		return err
@@ -188,74 +192,11 @@ func run(pods, policies, changes int) error {
 		return err
 	}
 	r.ColdReadyS, r.ColdControlPlaneS, r.ColdDNSS = cold.node.Seconds(), cold.controlPlane.Seconds(), cold.dns.Seconds()
-	kube, err := client(filepath.Join(dataDir, "kubeconfig"))
+	rounds, err := r.measureRounds(dataDir, metricsAddr, policies, changes)
 	if err != nil {
 		sa.stop()
 		return err
 	}
-	// KUBECONFIG is printed once the node is Ready, if there is one.
-	if _, err := kube.CoreV1().Nodes().Get(context.Background(), "bench-node", metav1.GetOptions{}); err != nil {
-		sa.stop()
-		return fmt.Errorf("the standalone runs without a node (see %s/logs): %w", dataDir, err)
-	}
-	plain, err := measurePods(kube, pods, "", dataDir)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS = plain.oneP50, plain.oneP99, plain.allP50, plain.allP99, plain.all
-	r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims = plain.kubelet, plain.containerd, plain.shims, plain.nShims
-
-	if err := createNetwork(filepath.Join(dataDir, "kubeconfig")); err != nil {
-		sa.stop()
-		return err
-	}
-	writesBefore, eventsBefore, err := podWrites(metricsAddr)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	joined, err := measurePods(kube, pods, "example-network", dataDir)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	writesAfter, eventsAfter, err := podWrites(metricsAddr)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS = joined.oneP50, joined.oneP99, joined.allP50, joined.allP99, joined.all
-	r.AllocatedOneP50S, r.AllocatedOneP99S = percentiles(joined.allocatedOne)
-	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
-	r.AttachedPerS = float64(pods) / joined.all
-	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
-	r.EventsPerPod = (eventsAfter - eventsBefore) / float64(2*pods)
-
-	netop, err := netopClient(filepath.Join(dataDir, "kubeconfig"))
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	if err := createPolicies(netop, policies); err != nil {
-		sa.stop()
-		return err
-	}
-	withPolicies, err := measurePods(kube, pods, "example-network", dataDir)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	r.Policies = policies
-	r.PolOneP50S, r.PolOneP99S, r.PolRunningP50S, r.PolRunningP99S, r.PolAllRunningS = withPolicies.oneP50, withPolicies.oneP99, withPolicies.allP50, withPolicies.allP99, withPolicies.all
-	podChanges, policyChanges, err := measureEnforcement(kube, netop, dataDir, changes)
-	if err != nil {
-		sa.stop()
-		return err
-	}
-	r.EnforcedChanges = 2 * changes
-	r.EnforcedPodP50S, r.EnforcedPodP99S = percentiles(podChanges)
-	r.EnforcedPolicyP50S, r.EnforcedPolicyP99S = percentiles(policyChanges)
 	r.StopS = sa.stop().Seconds()
 
 	sa, warm, err := start(binary, args, netns)
@@ -264,37 +205,137 @@ func run(pods, policies, changes int) error {
 	}
 	r.WarmReadyS, r.WarmControlPlaneS, r.WarmDNSS = warm.node.Seconds(), warm.controlPlane.Seconds(), warm.dns.Seconds()
 	sa.stop()
+	r.print()
+	return drawPodStarts(plots, r, rounds)
+}
 
+// rounds are the rounds of pods measured: plain, joining example-network,
+// and joining it under policies.
+type rounds struct{ plain, joined, withPolicies measured }
+
+// measureRounds measures, on the running standalone, the rounds of pods
+// and the enforcement of changes to policies.
+func (r *result) measureRounds(dataDir, metricsAddr string, policies, changes int) (rounds, error) {
+	var all rounds
+	pods := r.Pods
+	kubeconfig := filepath.Join(dataDir, "kubeconfig")
+	kube, err := client(kubeconfig)
+	if err != nil {
+		return all, err
+	}
+	// KUBECONFIG is printed once the node is Ready, if there is one.
+	if _, err := kube.CoreV1().Nodes().Get(context.Background(), "bench-node", metav1.GetOptions{}); err != nil {
+		return all, fmt.Errorf("the standalone runs without a node (see %s/logs): %w", dataDir, err)
+	}
+	if all.plain, err = measurePods(kube, pods, "", dataDir); err != nil {
+		return all, err
+	}
+	plain := all.plain
+	r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS = plain.oneP50, plain.oneP99, plain.allP50, plain.allP99, plain.all
+	r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims = plain.kubelet, plain.containerd, plain.shims, plain.nShims
+
+	if err := createNetwork(kubeconfig); err != nil {
+		return all, err
+	}
+	writesBefore, eventsBefore, err := podWrites(metricsAddr)
+	if err != nil {
+		return all, err
+	}
+	if all.joined, err = measurePods(kube, pods, "example-network", dataDir); err != nil {
+		return all, err
+	}
+	writesAfter, eventsAfter, err := podWrites(metricsAddr)
+	if err != nil {
+		return all, err
+	}
+	joined := all.joined
+	r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS = joined.oneP50, joined.oneP99, joined.allP50, joined.allP99, joined.all
+	r.AllocatedOneP50S, r.AllocatedOneP99S = percentiles(joined.allocatedOne)
+	r.AllocatedP50S, r.AllocatedP99S = percentiles(joined.allocated)
+	r.AttachedPerS = float64(pods) / joined.all
+	r.PodWritesPerPod = (writesAfter - writesBefore) / float64(2*pods)
+	r.EventsPerPod = (eventsAfter - eventsBefore) / float64(2*pods)
+
+	netop, err := netopClient(kubeconfig)
+	if err != nil {
+		return all, err
+	}
+	if err := createPolicies(netop, policies); err != nil {
+		return all, err
+	}
+	if all.withPolicies, err = measurePods(kube, pods, "example-network", dataDir); err != nil {
+		return all, err
+	}
+	withPolicies := all.withPolicies
+	r.Policies = policies
+	r.PolOneP50S, r.PolOneP99S, r.PolRunningP50S, r.PolRunningP99S, r.PolAllRunningS = withPolicies.oneP50, withPolicies.oneP99, withPolicies.allP50, withPolicies.allP99, withPolicies.all
+	podChanges, policyChanges, err := measureEnforcement(kube, netop, dataDir, changes)
+	if err != nil {
+		return all, err
+	}
+	r.EnforcedChanges = 2 * changes
+	r.EnforcedPodP50S, r.EnforcedPodP99S = percentiles(podChanges)
+	r.EnforcedPolicyP50S, r.EnforcedPolicyP99S = percentiles(policyChanges)
+	return all, nil
+}
+
+// print prints the result as four tables and a JSON line.
+func (r result) print() {
 	fmt.Println("| date | CPUs | start to control plane ready, cold | warm | to node Ready, cold | warm | to DNS answering through kube-dns, cold | warm |")
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
 	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s |\n",
 		r.Date, r.CPUs, r.ColdControlPlaneS, r.WarmControlPlaneS, r.ColdReadyS, r.WarmReadyS, r.ColdDNSS, r.WarmDNSS)
 	fmt.Println()
 
-	fmt.Printf("| date | CPUs | cold start to node Ready | warm | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | kubelet RSS | containerd RSS | shims RSS (n) | stop |\n", pods)
+	fmt.Printf("| date | CPUs | cold start to node Ready | warm | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | kubelet RSS | containerd RSS | shims RSS (n) | stop |\n", r.Pods)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	fmt.Printf("| %s | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.0f MiB | %.0f MiB (%d) | %.2f s |\n",
 		r.Date, r.CPUs, r.ColdReadyS, r.WarmReadyS, r.OneP50S, r.OneP99S, r.RunningP50S, r.RunningP99S, r.AllRunningS, r.KubeletMiB, r.ContainerdMiB, r.ShimsMiB, r.Shims, r.StopS)
 	fmt.Println()
-	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | stored to allocated, one at a time, p50 | p99 | %d at once, p50 | p99 | netop pod writes per pod | netop Events per pod |\n", pods, pods)
+	fmt.Printf("| pods declaring example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | attached per second | stored to allocated, one at a time, p50 | p99 | %d at once, p50 | p99 | netop pod writes per pod | netop Events per pod |\n", r.Pods, r.Pods)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s | %.2f | %.2f |\n",
 		r.Date, r.NetOneP50S, r.NetOneP99S, r.NetRunningP50S, r.NetRunningP99S, r.NetAllRunningS, r.AttachedPerS,
 		r.AllocatedOneP50S, r.AllocatedOneP99S, r.AllocatedP50S, r.AllocatedP99S, r.PodWritesPerPod, r.EventsPerPod)
 	fmt.Println()
-	fmt.Printf("| %d policies on example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | change to enforcement, pod relabelled, p50 | p99 | policy created or deleted, p50 | p99 |\n", policies, pods)
+	fmt.Printf("| %d policies on example-network | create to Running, one at a time, p50 | p99 | %d at once, p50 | p99 | all Running | change to enforcement, pod relabelled, p50 | p99 | policy created or deleted, p50 | p99 |\n", r.Policies, r.Pods)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	fmt.Printf("| %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n",
 		r.Date, r.PolOneP50S, r.PolOneP99S, r.PolRunningP50S, r.PolRunningP99S, r.PolAllRunningS,
 		1000*r.EnforcedPodP50S, 1000*r.EnforcedPodP99S, 1000*r.EnforcedPolicyP50S, 1000*r.EnforcedPolicyP99S)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
-	return nil
+}
+
+// drawPodStarts draws the distribution of pod create to Running in each
+// round, one at a time and all at once.
+func drawPodStarts(plots *benchplot.Output, r result, all rounds) error {
+	var series []benchplot.Series
+	for _, round := range []struct {
+		name string
+		m    measured
+	}{
+		{"plain", all.plain},
+		{"net1 on a Network", all.joined},
+		{fmt.Sprintf("net1, %d policies", r.Policies), all.withPolicies},
+	} {
+		series = append(series,
+			benchplot.Cumulative(round.name+", one at a time", round.m.oneTook, 1),
+			benchplot.Cumulative(fmt.Sprintf("%s, %d at once", round.name, r.Pods), round.m.allTook, 1))
+	}
+	return plots.Draw("node-pod-start", benchplot.Chart{
+		Title:      "Pod create to Running on the standalone's node (busybox, containerd, runc)",
+		Conditions: fmt.Sprintf("N = %d pods one at a time, then %d at once", r.Pods, r.Pods),
+		XLabel:     "seconds from create to Running (log scale)", YLabel: "share of pods",
+		LogX: true, Series: series,
+	})
 }
 
 // measured is one round of pods: one at a time, then all at once.
 type measured struct {
 	oneP50, oneP99, allP50, allP99, all float64
+	// oneTook, allTook: create to Running, one at a time and all at once.
+	oneTook, allTook []float64
 	// allocatedOne, allocated: create to allocation, one at a time and
 	// all at once.
 	allocatedOne, allocated    []float64
@@ -316,6 +357,7 @@ func measurePods(kube kubernetes.Interface, pods int, network, dataDir string) (
 		m.allocatedOne = append(m.allocatedOne, allocated...)
 	}
 	m.oneP50, m.oneP99 = percentiles(took)
+	m.oneTook = took
 	if err := deletePods(kube); err != nil {
 		return m, err
 	}
@@ -329,6 +371,7 @@ func measurePods(kube kubernetes.Interface, pods int, network, dataDir string) (
 	}
 	m.all = time.Since(began).Seconds()
 	m.allP50, m.allP99 = percentiles(took)
+	m.allTook = took
 	m.allocated = append(m.allocated, allocated...)
 	m.kubelet, m.containerd, m.shims, m.nShims = memory(dataDir)
 	if err := deletePods(kube); err != nil {

@@ -57,8 +57,10 @@ type sandbox struct {
 	netns  string
 	create time.Duration
 	add    time.Duration
-	ips    []netip.Addr
-	err    error
+	// attached is when its ADD succeeded.
+	attached time.Time
+	ips      []netip.Addr
+	err      error
 }
 
 func (s *sandbox) rt() *libcni.RuntimeConf {
@@ -152,17 +154,9 @@ func (d *driver) requests(ctx context.Context) (map[string]float64, map[string][
 // attach makes n pods named after label and attaches each with conf, at
 // most d.concurrency at once, and measures it.
 func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.NetworkConfigList, label string, n int) (outcome, []*sandbox, error) {
-	sandboxes := make([]*sandbox, n)
-	for k := range sandboxes {
-		name := nettest.NetnsName("pp")
-		if err := linux.EnsureNetns(name); err != nil {
-			return outcome{}, nil, err
-		}
-		sandboxes[k] = &sandbox{netns: name, pod: &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: d.namespace, Name: fmt.Sprintf("%s-%s-%d", i.name, label, k), Annotations: i.podMeta(s)},
-			Spec: corev1.PodSpec{NodeName: d.node, Containers: []corev1.Container{{Name: "c", Image: "none"}},
-				TerminationGracePeriodSeconds: new(int64)},
-		}}
+	sandboxes, err := d.sandboxes(i, s, label, n)
+	if err != nil {
+		return outcome{}, nil, err
 	}
 	before, err := d.usage(ctx)
 	if err != nil {
@@ -212,6 +206,33 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 		return outcome{}, nil, fmt.Errorf("profiling netop's operator: %w", err)
 	}
 	o := outcome{IPAM: i.name, Scenario: label, Pods: n, Seconds: elapsed.Seconds(), Requests: map[string]float64{}, StealPercent: steal * 100}
+	o.count(sandboxes, start)
+	o.cost(before, after, driverShare)
+	return o, sandboxes, nil
+}
+
+// sandboxes makes n sandboxes, each a network namespace and a pod to
+// create, named after i and label.
+func (d *driver) sandboxes(i ipam, s scenario, label string, n int) ([]*sandbox, error) {
+	sandboxes := make([]*sandbox, n)
+	for k := range sandboxes {
+		name := nettest.NetnsName("pp")
+		if err := linux.EnsureNetns(name); err != nil {
+			return nil, err
+		}
+		sandboxes[k] = &sandbox{netns: name, pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: d.namespace, Name: fmt.Sprintf("%s-%s-%d", i.name, label, k), Annotations: i.podMeta(s)},
+			Spec: corev1.PodSpec{NodeName: d.node, Containers: []corev1.Container{{Name: "c", Image: "none"}},
+				TerminationGracePeriodSeconds: new(int64)},
+		}}
+	}
+	return sandboxes, nil
+}
+
+// count sets what the sandboxes say of the scenario begun at start: its
+// failures (and the first errors), duplicate addresses, ADD p50 and p99,
+// mean pod create, and when each pod was attached.
+func (o *outcome) count(sandboxes []*sandbox, start time.Time) {
 	var adds []time.Duration
 	var creating time.Duration
 	created := 0
@@ -233,6 +254,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 			continue
 		}
 		adds = append(adds, sb.add)
+		o.attachedAfter = append(o.attachedAfter, sb.attached.Sub(start).Seconds())
 		for _, ip := range sb.ips {
 			if seen[ip]++; seen[ip] == 2 {
 				o.Duplicates++
@@ -240,19 +262,27 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 		}
 	}
 	slices.Sort(adds)
+	slices.Sort(o.attachedAfter)
 	if len(adds) > 0 {
 		o.P50S = adds[len(adds)*50/100].Seconds()
 		o.P99S = adds[min(len(adds)-1, len(adds)*99/100)].Seconds()
 	}
+	if created > 0 {
+		o.CreateMs = float64(creating.Milliseconds()) / float64(created)
+	}
+}
+
+// cost sets, per pod, what the scenario cost between before and after:
+// the API server's requests and webhook calls, netop's phases, and CPU,
+// the bench process's split by driverShare.
+func (o *outcome) cost(before, after usage, driverShare float64) {
+	n := o.Pods
 	for k, v := range after.requests {
 		// Below one request per hundred pods is the control plane's own
 		// background (its controllers' watches and leases), not the IPAM.
 		if perPod := (v - before.requests[k]) / float64(n); perPod >= 0.01 {
 			o.Requests[k] = perPod
 		}
-	}
-	if created > 0 {
-		o.CreateMs = float64(creating.Milliseconds()) / float64(created)
 	}
 	o.Webhooks = map[string]webhookCalls{}
 	for k, a := range after.webhooks {
@@ -261,7 +291,7 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 			o.Webhooks[k] = webhookCalls{PerPod: calls / float64(n), MeanMs: (a[0] - b[0]) / calls * 1000}
 		}
 	}
-	if i.name == "netop" {
+	if o.IPAM == "netop" {
 		o.Phases = map[string]float64{}
 		for _, p := range netopPhases {
 			a, b := after.phases[p.phase], before.phases[p.phase]
@@ -275,7 +305,6 @@ func (d *driver) attach(ctx context.Context, i ipam, s scenario, conf *libcni.Ne
 	bench := (after.bench - before.bench) / float64(n) * 1000
 	o.DriverCPU = bench * driverShare
 	o.ControlPlaneCPU = bench - o.DriverCPU
-	return o, sandboxes, nil
 }
 
 // operatorProfileSeconds is how long netop's operator is profiled from a
@@ -302,7 +331,8 @@ func (d *driver) attachAll(ctx context.Context, sandboxes []*sandbox, conf *libc
 			sb.pod = created
 			began := time.Now()
 			res, err := d.runtime.AddNetworkList(ctx, conf, sb.rt())
-			sb.add = time.Since(began)
+			sb.attached = time.Now()
+			sb.add = sb.attached.Sub(began)
 			if err != nil {
 				sb.err = err
 				return

@@ -20,6 +20,9 @@
 // Then (--node-pods) pods at once through the kubelet on netop-standalone's
 // real node with each IPAM: test/bench/node --only peers.
 //
+// --plot-dir DIR draws the pods attached over time in each scenario as an
+// SVG file in DIR (BENCHMARKS.md's is in docs/benchmarks).
+//
 // Run it as root: go run ./test/bench/peers --pods 1000 --concurrency 50
 package main
 
@@ -40,6 +43,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/netop-dev/netop/internal/cni/cniapi"
 	"github.com/netop-dev/netop/internal/install"
@@ -49,6 +53,7 @@ import (
 	"github.com/netop-dev/netop/internal/testing/nettest"
 	"github.com/netop-dev/netop/internal/testing/testenv"
 	"github.com/netop-dev/netop/pkg/generated/clientset/versioned"
+	"github.com/netop-dev/netop/test/bench/benchplot"
 	"github.com/netop-dev/netop/test/bench/benchproc"
 	"github.com/netop-dev/netop/test/bench/whereabouts"
 )
@@ -77,6 +82,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "", "run one IPAM: netop or whereabouts (default both)")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "save CPU profiles of each scenario here: the bench process's (bench-IPAM-SCENARIO.pprof: the embedded control plane and the driver, labelled part=driver) and netop's operator's over the scenario's first seconds (operator-SCENARIO.pprof)")
 	flag.IntVar(&c.nodePods, "node-pods", 100, "then this many pods at once through the kubelet on netop-standalone's real node, with each IPAM (test/bench/node --only peers); 0: not")
+	plots := benchplot.Flags(flag.CommandLine)
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "peers: run as root: the plugins make network namespaces, bridges and veths")
@@ -100,7 +106,7 @@ func main() {
 			err = onTheNode(c)
 		}
 	} else {
-		err = run(c, dir, os.Getenv(whereaboutsEnv))
+		err = run(c, dir, os.Getenv(whereaboutsEnv), plots)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
@@ -213,6 +219,9 @@ type outcome struct {
 	StealPercent float64 `json:"stealPercent"`
 	// Phases are netop's means, in ms, of where an ADD waits.
 	Phases map[string]float64 `json:"netopPhasesMeanMs,omitempty"`
+	// attachedAfter is, for each pod attached, the seconds from the
+	// scenario's start to its ADD done, in order.
+	attachedAfter []float64
 }
 
 // webhookCalls are one admission webhook's calls for one operation.
@@ -223,57 +232,17 @@ type webhookCalls struct {
 
 // run is the bench inside its namespace: dir holds the binaries (bin),
 // whereaboutsDir is whereabouts' module.
-func run(c config, dir, whereaboutsDir string) error {
+func run(c config, dir, whereaboutsDir string, plots *benchplot.Output) error {
 	ctx := context.Background()
 	if err := bringUpLoopback(); err != nil {
 		return err
 	}
 	bin := filepath.Join(dir, "bin")
-
-	cp, err := controlplane.Start(ctx, controlplane.Config{DataDir: filepath.Join(dir, "cp")})
+	cl, err := startCluster(ctx, dir, whereaboutsDir, c)
 	if err != nil {
 		return err
 	}
-	defer cp.Stop()
-	cfg := cp.AdminConfig()
-	cfg.QPS, cfg.Burst = 500, 1000
-	if err := install.CRDs(ctx, cfg); err != nil {
-		return err
-	}
-	if err := whereabouts.InstallCRDs(ctx, cfg, whereaboutsDir); err != nil {
-		return err
-	}
-	if err := install.Namespace(ctx, cfg, "netop-system"); err != nil {
-		return err
-	}
-	const namespace = "peers"
-	if err := install.Namespace(ctx, cfg, namespace); err != nil {
-		return err
-	}
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	netop := versioned.NewForConfigOrDie(cfg)
-	const node = "peers-node"
-	if err := testenv.RegisterNode(ctx, kube, node, "10.254.0.1"); err != nil {
-		return err
-	}
-	metricsAddr := benchproc.FreePort()
-	args := []string{filepath.Join(bin, "netop"), "run", "--kubeconfig", cp.KubeconfigPath, "--leader-elect=false",
-		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
-		"--operator-namespace", "netop-system", "--metrics-addr", metricsAddr}
-	if c.profileDir != "" {
-		args = append(args, "--profiling")
-	}
-	operator, err := benchproc.Start(args, metricsAddr, filepath.Join(dir, "netop.log"))
-	if err != nil {
-		return err
-	}
-	defer operator.Stop()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return operator.Ready(), nil
-	}); err != nil {
-		return fmt.Errorf("netop not ready (its log: %s): %w", filepath.Join(dir, "netop.log"), err)
-	}
-
+	defer cl.stop()
 	scenarios := []scenario{
 		{name: "exact", prefix: netip.MustParsePrefix("10.200.0.0/16"), exact: true},
 		{name: "wide", prefix: netip.MustParsePrefix("10.201.0.0/16")},
@@ -287,17 +256,119 @@ func run(c config, dir, whereaboutsDir string) error {
 	defer func() { _ = pluginLog.Close() }()
 	runtime := libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(dir, "cni-cache"),
 		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: pluginLog}, PluginDecoder: version.PluginDecoder{}})
+	ipams, err := cl.ipams(c, dir)
+	if err != nil {
+		return err
+	}
+	// Each IPAM first attaches and detaches a few pods on a Network of its
+	// own, unmeasured: neither is measured on a cold control plane (caches,
+	// connections, heaps), which would otherwise fall on whichever runs
+	// first.
+	warmup := scenario{name: "warmup", prefix: netip.MustParsePrefix("10.202.0.0/16")}
+	for _, s := range append(scenarios, warmup) {
+		if err := createNetwork(ctx, cl.netop, peersNamespace, s, c.pods); err != nil {
+			return err
+		}
+	}
+	d := &driver{kube: cl.kube, runtime: runtime, namespace: peersNamespace, node: peersNode, operator: cl.operator, concurrency: c.concurrency, profileDir: c.profileDir}
+	if err := d.warmUp(ctx, ipams, warmup, c); err != nil {
+		return err
+	}
+	outcomes, err := d.measureScenarios(ctx, ipams, scenarios, c)
+	if err != nil {
+		return err
+	}
+	report(c, outcomes)
+	return drawAttached(plots, c, outcomes)
+}
+
+// The namespace of the bench's pods and Networks, and its Node.
+const (
+	peersNamespace = "peers"
+	peersNode      = "peers-node"
+)
+
+// cluster is the embedded control plane, with netop's CRDs, the bench's
+// namespace and Node, and netop's operator running on it.
+type cluster struct {
+	cp       *controlplane.ControlPlane
+	cfg      *rest.Config
+	kube     kubernetes.Interface
+	netop    versioned.Interface
+	operator *benchproc.Proc
+}
+
+// startCluster starts the control plane in dir/cp, with netop's CRDs and
+// whereabouts' (from its module, whereaboutsDir), and netop's operator
+// (dir/bin/netop) against it, and waits until the operator is ready.
+func startCluster(ctx context.Context, dir, whereaboutsDir string, c config) (cl *cluster, err error) {
+	cl = &cluster{}
+	if cl.cp, err = controlplane.Start(ctx, controlplane.Config{DataDir: filepath.Join(dir, "cp")}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cl.stop()
+		}
+	}()
+	cl.cfg = cl.cp.AdminConfig()
+	cl.cfg.QPS, cl.cfg.Burst = 500, 1000
+	if err := install.CRDs(ctx, cl.cfg); err != nil {
+		return nil, err
+	}
+	if err := whereabouts.InstallCRDs(ctx, cl.cfg, whereaboutsDir); err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{"netop-system", peersNamespace} {
+		if err := install.Namespace(ctx, cl.cfg, ns); err != nil {
+			return nil, err
+		}
+	}
+	cl.kube = kubernetes.NewForConfigOrDie(cl.cfg)
+	cl.netop = versioned.NewForConfigOrDie(cl.cfg)
+	if err := testenv.RegisterNode(ctx, cl.kube, peersNode, "10.254.0.1"); err != nil {
+		return nil, err
+	}
+	metricsAddr := benchproc.FreePort()
+	args := []string{filepath.Join(dir, "bin", "netop"), "run", "--kubeconfig", cl.cp.KubeconfigPath, "--leader-elect=false",
+		"--webhook-addr", "127.0.0.1:0", "--webhook-local", "--webhook-cert-dir", filepath.Join(dir, "webhook"),
+		"--operator-namespace", "netop-system", "--metrics-addr", metricsAddr}
+	if c.profileDir != "" {
+		args = append(args, "--profiling")
+	}
+	if cl.operator, err = benchproc.Start(args, metricsAddr, filepath.Join(dir, "netop.log")); err != nil {
+		return nil, err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return cl.operator.Ready(), nil
+	}); err != nil {
+		return nil, fmt.Errorf("netop not ready (its log: %s): %w", filepath.Join(dir, "netop.log"), err)
+	}
+	return cl, nil
+}
+
+// stop stops the operator, then the control plane.
+func (cl *cluster) stop() {
+	if cl.operator != nil {
+		cl.operator.Stop()
+	}
+	cl.cp.Stop()
+}
+
+// ipams are the IPAMs --only asks for, in order: netop's, then
+// whereabouts'.
+func (cl *cluster) ipams(c config, dir string) ([]ipam, error) {
 	netopIPAM := ipam{
 		name: "netop",
 		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
-			pc := cniapi.Config{DataDir: filepath.Join(dir, "netop-cni"), Network: namespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
+			pc := cniapi.Config{DataDir: filepath.Join(dir, "netop-cni"), Network: peersNamespace + "/" + s.name, Timeout: "5m", LogLevel: "error"}
 			pc.Type = cniapi.Type
 			return confList("netop-"+s.name, pc)
 		},
 		podMeta: func(s scenario) map[string]string { return map[string]string{netselect.NetworksAnnotation: s.name} },
 		free: func(ctx context.Context, s scenario) error {
 			return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-				n, err := netop.SamplecrdV2().Networks(namespace).Get(ctx, s.name, metav1.GetOptions{})
+				n, err := cl.netop.SamplecrdV2().Networks(peersNamespace).Get(ctx, s.name, metav1.GetOptions{})
 				return err == nil && n.Status.Addresses != nil && n.Status.Addresses.Allocated == 0, nil
 			})
 		},
@@ -305,15 +376,15 @@ func run(c config, dir, whereaboutsDir string) error {
 	// The flat file whereabouts' DaemonSet installs on every node: its DEL
 	// refuses to work without one.
 	flatFile := filepath.Join(dir, "whereabouts.conf")
-	if err := whereabouts.FlatFile(flatFile, cp.KubeconfigPath); err != nil {
-		return err
+	if err := whereabouts.FlatFile(flatFile, cl.cp.KubeconfigPath); err != nil {
+		return nil, err
 	}
 	peer := ipam{
 		name: "whereabouts",
 		conf: func(s scenario) (*libcni.NetworkConfigList, error) {
 			first, last := rangeOf(s, c.pods)
 			r := map[string]any{"type": "whereabouts", "range": s.prefix.String(), "range_start": first.String(), "range_end": last.String(),
-				"gateway": s.prefix.Addr().Next().String(), "kubernetes": map[string]any{"kubeconfig": cp.KubeconfigPath}, "configuration_path": flatFile,
+				"gateway": s.prefix.Addr().Next().String(), "kubernetes": map[string]any{"kubeconfig": cl.cp.KubeconfigPath}, "configuration_path": flatFile,
 				"log_file": filepath.Join(dir, "whereabouts.log"), "log_level": "error"}
 			if !s.exact {
 				delete(r, "range_end")
@@ -324,16 +395,6 @@ func run(c config, dir, whereaboutsDir string) error {
 		// DEL releases the addresses before it returns.
 		free: func(context.Context, scenario) error { return nil },
 	}
-	// Each IPAM first attaches and detaches a few pods on a Network of its
-	// own, unmeasured: neither is measured on a cold control plane (caches,
-	// connections, heaps), which would otherwise fall on whichever runs
-	// first.
-	warmup := scenario{name: "warmup", prefix: netip.MustParsePrefix("10.202.0.0/16")}
-	for _, s := range append(scenarios, warmup) {
-		if err := createNetwork(ctx, netop, namespace, s, c.pods); err != nil {
-			return err
-		}
-	}
 	var ipams []ipam
 	for _, i := range []ipam{netopIPAM, peer} {
 		if c.only == "" || c.only == i.name {
@@ -341,9 +402,14 @@ func run(c config, dir, whereaboutsDir string) error {
 		}
 	}
 	if len(ipams) == 0 {
-		return fmt.Errorf("--only %q: netop or whereabouts", c.only)
+		return nil, fmt.Errorf("--only %q: netop or whereabouts", c.only)
 	}
-	d := &driver{kube: kube, runtime: runtime, namespace: namespace, node: node, operator: operator, concurrency: c.concurrency, profileDir: c.profileDir}
+	return ipams, nil
+}
+
+// warmUp has each IPAM attach and detach min(warmupPods, --pods) pods on
+// warmup, unmeasured and unprofiled.
+func (d *driver) warmUp(ctx context.Context, ipams []ipam, warmup scenario, c config) error {
 	unprofiled := *d
 	unprofiled.profileDir = ""
 	for _, i := range ipams {
@@ -368,18 +434,24 @@ func run(c config, dir, whereaboutsDir string) error {
 		}
 		settle(ctx)
 	}
+	return nil
+}
+
+// measureScenarios runs every scenario with each IPAM, --pods pods each,
+// and on exact every pod deleted and made again (recreate).
+func (d *driver) measureScenarios(ctx context.Context, ipams []ipam, scenarios []scenario, c config) ([]outcome, error) {
 	// Each IPAM runs all its scenarios before the next IPAM's. With the
 	// scenarios interleaved, netop's /16 came after whereabouts' two rounds
 	// and was its slowest in both full runs of 2026-11-27 (ADD p99 0.8 and
 	// 1.6 s, attaching three times as long), which no netop-only run
 	// showed: the round after whereabouts' paid for something they left,
-	// not pinned down (BENCHMARKS.md, 2026-11-27, session 30).
+	// not pinned down (docs/benchmarks/journal.md, 2026-11-27, session 30).
 	var outcomes []outcome
 	for _, i := range ipams {
 		for _, s := range scenarios {
 			conf, err := i.conf(s)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			// N pods attached, then all deleted; on exact, N new ones.
 			rounds := []string{s.name}
@@ -390,21 +462,35 @@ func run(c config, dir, whereaboutsDir string) error {
 				fmt.Fprintf(os.Stderr, "%s, %s: %d pods, %d at once\n", i.name, label, c.pods, c.concurrency)
 				o, pods, err := d.attach(ctx, i, s, conf, label, c.pods)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				outcomes = append(outcomes, o)
 				if err := d.detach(ctx, conf, pods); err != nil {
-					return err
+					return nil, err
 				}
 				if err := i.free(ctx, s); err != nil {
-					return fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, label, err)
+					return nil, fmt.Errorf("%s, %s: addresses not free after every pod left: %w", i.name, label, err)
 				}
 				settle(ctx)
 			}
 		}
 	}
-	report(c, outcomes)
-	return nil
+	return outcomes, nil
+}
+
+// drawAttached draws, for each IPAM and scenario, the pods attached over
+// the scenario's time.
+func drawAttached(plots *benchplot.Output, c config, outcomes []outcome) error {
+	var series []benchplot.Series
+	for _, o := range outcomes {
+		series = append(series, benchplot.Cumulative(o.IPAM+", "+o.Scenario, o.attachedAfter, float64(len(o.attachedAfter))))
+	}
+	return plots.Draw("pods-attached-over-time", benchplot.Chart{
+		Title:      "Pods attached over time through libcni: netop against whereabouts " + c.whereaboutsVersion,
+		Conditions: fmt.Sprintf("N = %d pods per scenario, %d ADDs at once", c.pods, c.concurrency),
+		XLabel:     "seconds from the scenario's start (log scale)", YLabel: "pods attached",
+		LogX: true, Series: series,
+	})
 }
 
 // build builds netop, its CNI plugin and whereabouts' into bin, and
