@@ -150,25 +150,12 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 	}
 	// The backend first: missing privileges should stop us before the
 	// control plane starts, not after.
-	var be backend.Backend
-	if nodeOpts.operator && !multi {
-		var closeBackend func()
-		var err error
-		if be, closeBackend, err = backends.New(ctx, opts.Backend, nil); err != nil {
-			return err
-		}
-		defer closeBackend()
-	} else if opts.Backend.Netns != "" {
-		// The node's pod bridge lives there, made by the backend otherwise.
-		if err := linux.EnsureNetns(opts.Backend.Netns); err != nil {
-			return err
-		}
+	be, closeBackend, err := standaloneBackend(ctx, opts, nodeOpts.operator && !multi)
+	if err != nil {
+		return err
 	}
-	cpConfig := controlplane.Config{DataDir: dataDir, APIServerPort: port}
-	if nodeOpts.enabled {
-		cpConfig.NodeNames = nodeOpts.names()
-	}
-	cp, err := controlplane.Start(ctx, cpConfig)
+	defer closeBackend()
+	cp, err := startControlPlane(ctx, dataDir, port, nodeOpts, opts)
 	if err != nil {
 		return err
 	}
@@ -176,25 +163,13 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		logger.Info("Stopping the control plane")
 		cp.Stop()
 	}()
-	if err := install.CRDs(ctx, cp.AdminConfig()); err != nil {
-		return err
-	}
-	if err := install.Namespace(ctx, cp.AdminConfig(), opts.OperatorNamespace); err != nil {
-		return err
-	}
-	if err := install.Policies(ctx, cp.AdminConfig()); err != nil {
-		return err
-	}
-	if opts.Webhooks.CertDir == "" {
-		opts.Webhooks.CertDir = filepath.Join(cp.DataDir, "webhook")
-	}
 	logger.Info("Control plane ready", "server", cp.URL, "logs", cp.DataDir+"/logs", "after", time.Since(started).Round(time.Millisecond))
-	var agents []*operator.Options
 	// No CNI plugin asks a standalone without a node: its socket is
 	// served only for a node (another netop sharing the namespace may
 	// serve its own).
 	nodeCNISocket := opts.CNISocket
 	opts.CNISocket = ""
+	var agents []*operator.Options
 	if nodeOpts.enabled {
 		nodes, stopNodes, err := startNodes(ctx, cp, nodeOpts, opts.Backend.Netns, started)
 		switch {
@@ -204,18 +179,7 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 			logger.Error(err, "Running without a node: pods will be stored but not run")
 		default:
 			defer stopNodes()
-			if !multi {
-				nodes[0].serveNode(opts, nodeCNISocket)
-			}
-		}
-		if multi && nodeOpts.operator {
-			for _, n := range nodes {
-				o := *opts
-				o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
-				n.serveNode(&o, nodeCNISocket)
-				o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
-				agents = append(agents, &o)
-			}
+			agents = serveNodes(nodes, multi, nodeOpts.operator, opts, nodeCNISocket)
 		}
 	}
 	printKubeconfig := func() error {
@@ -232,6 +196,78 @@ func run(ctx context.Context, cmd *cobra.Command, dataDir string, port int, node
 		<-ctx.Done()
 		return nil
 	}
+	return runOperators(ctx, cp, opts, be, agents, printKubeconfig)
+}
+
+// standaloneBackend is the backend of a standalone whose one operator
+// builds the bridges (own), released by the function returned; otherwise
+// none, and only the nodes' namespace is made.
+func standaloneBackend(ctx context.Context, opts *operator.Options, own bool) (backend.Backend, func(), error) {
+	if own {
+		return backends.New(ctx, opts.Backend, nil)
+	}
+	if opts.Backend.Netns != "" {
+		// The node's pod bridge lives there, made by the backend otherwise.
+		if err := linux.EnsureNetns(opts.Backend.Netns); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, func() {}, nil
+}
+
+// startControlPlane starts the control plane and installs netop's CRDs,
+// namespace and policies in it.
+func startControlPlane(ctx context.Context, dataDir string, port int, nodeOpts nodeOptions, opts *operator.Options) (*controlplane.ControlPlane, error) {
+	cpConfig := controlplane.Config{DataDir: dataDir, APIServerPort: port}
+	if nodeOpts.enabled {
+		cpConfig.NodeNames = nodeOpts.names()
+	}
+	cp, err := controlplane.Start(ctx, cpConfig)
+	if err != nil {
+		return nil, err
+	}
+	err = install.CRDs(ctx, cp.AdminConfig())
+	if err == nil {
+		err = install.Namespace(ctx, cp.AdminConfig(), opts.OperatorNamespace)
+	}
+	if err == nil {
+		err = install.Policies(ctx, cp.AdminConfig())
+	}
+	if err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	if opts.Webhooks.CertDir == "" {
+		opts.Webhooks.CertDir = filepath.Join(cp.DataDir, "webhook")
+	}
+	return cp, nil
+}
+
+// serveNodes has the nodes' CNI plugins served: by the one operator, or,
+// with several nodes, by an agent per node, whose options it returns.
+func serveNodes(nodes []*standaloneNode, multi, withOperator bool, opts *operator.Options, cniSocket string) []*operator.Options {
+	if !multi {
+		nodes[0].serveNode(opts, cniSocket)
+		return nil
+	}
+	if !withOperator {
+		return nil
+	}
+	var agents []*operator.Options
+	for _, n := range nodes {
+		o := *opts
+		o.Role, o.Agent.NodeName, o.Backend.Netns = operator.RoleAgent, n.name, n.netns
+		n.serveNode(&o, cniSocket)
+		o.Metrics.Addr, o.Webhooks.Addr, o.Leader.Elect = "0", "0", false
+		agents = append(agents, &o)
+	}
+	return agents
+}
+
+// runOperators runs the operator, prints the kubeconfig line once the
+// cluster is usable, then runs the nodes' agents, until ctx is done.
+func runOperators(ctx context.Context, cp *controlplane.ControlPlane, opts *operator.Options, be backend.Backend, agents []*operator.Options, printKubeconfig func() error) error {
+	logger := klog.FromContext(ctx)
 	op, err := operator.New(ctx, cp.AdminConfig(), opts, be)
 	if err != nil {
 		return err
