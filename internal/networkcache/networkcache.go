@@ -3,7 +3,7 @@
 // Networks its pods use, a cache of those alone (ByName), each watched by
 // its name. Every agent watching every Network made each Network's change
 // cost every node a decode, so that an agent's CPU grew with the cluster's
-// Networks, not with its own (BENCHMARKS.md, the agents bench on demand).
+// Networks, not with its own (docs/benchmarks/journal.md, the agents bench on demand).
 package networkcache
 
 import (
