@@ -1,7 +1,8 @@
 // Package netspec turns a Network's spec into the exact network a backend
-// makes: the canonical prefix and the gateway. The controller and the
-// admission webhook both use it, so that they never disagree about what a
-// spec means or why it is invalid.
+// makes: the canonical prefix and the gateway. The controllers and the
+// admission webhook all use it, so that they never disagree about what a
+// spec means or why it is invalid. It reads the hub's spec, which every
+// API version converts through, and no version's own.
 package netspec
 
 import (
@@ -14,13 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/netop-dev/netop/internal/ipam"
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
+// Paths are immutable: Index and Child make new ones.
 var (
-	cidrPath    = field.NewPath("spec", "cidr")
-	gatewayPath = field.NewPath("spec", "gateway")
+	cidrsPath, gatewaysPath   = field.NewPath("spec", "cidrs"), field.NewPath("spec", "gateways")
+	v1CIDRPath, v1GatewayPath = field.NewPath("spec", "cidr"), field.NewPath("spec", "gateway")
 )
 
 // Resolved is a spec as a backend uses it.
@@ -56,30 +57,40 @@ type Resolver struct {
 	AllowReserved bool
 }
 
-// Resolve checks spec under the default policy and resolves it. The errors
-// name the field and the reason.
-func Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
-	return Resolver{}.Resolve(spec)
+// Fields name a spec's fields in errors as the client's version does. The
+// zero value names them as v2 does, by item (spec.cidrs[1]); V1 names the
+// family as v1 does (spec.cidr, spec.gateway), for a spec of one family,
+// which is all a v1 client writes.
+type Fields struct{ V1 bool }
+
+// CIDR is the path of the i-th family's cidr.
+func (f Fields) CIDR(i int) *field.Path {
+	if f.V1 {
+		return v1CIDRPath
+	}
+	return cidrsPath.Index(i)
 }
 
-// Resolve checks spec and resolves it. The errors name the field and the
-// reason.
-func (rv Resolver) Resolve(spec samplecrdv1.NetworkSpec) (Resolved, field.ErrorList) {
-	return rv.resolve(spec.CIDR, spec.Gateway, cidrPath, gatewayPath)
+// Gateway is the path of the i-th family's gateway.
+func (f Fields) Gateway(i int) *field.Path {
+	if f.V1 {
+		return v1GatewayPath
+	}
+	return gatewaysPath.Index(i)
 }
 
-// ResolveFamilies checks a v2 spec and resolves each of its families, in
-// the order of spec.cidrs: at most one IPv4 and one IPv6. The errors name
-// the item (spec.cidrs[1]) and the reason.
-func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, field.ErrorList) {
-	cidrsPath, gatewaysPath := field.NewPath("spec", "cidrs"), field.NewPath("spec", "gateways")
-	if len(spec.CIDRs) == 0 {
+// Resolve checks a Network's spec, in the form of the hub that every
+// version converts through, and resolves each of its families, in the
+// order of spec.cidrs: at most one IPv4 and one IPv6. The errors name the
+// field, as fields says, and the reason. It is the one reading of a spec:
+// admission, the Network controller and the allocator all ask it.
+func (rv Resolver) Resolve(spec *samplecrd.NetworkSpec, fields Fields) (Families, field.ErrorList) {
+	switch {
+	case len(spec.CIDRs) == 0:
 		return nil, field.ErrorList{field.Required(cidrsPath, "one or two IP prefixes, such as 192.168.0.0/16")}
-	}
-	if len(spec.CIDRs) > 2 {
+	case len(spec.CIDRs) > 2:
 		return nil, field.ErrorList{field.TooMany(cidrsPath, len(spec.CIDRs), 2)}
-	}
-	if len(spec.Gateways) > len(spec.CIDRs) {
+	case len(spec.Gateways) > len(spec.CIDRs):
 		return nil, field.ErrorList{field.TooMany(gatewaysPath, len(spec.Gateways), len(spec.CIDRs))}
 	}
 	families := make(Families, 0, len(spec.CIDRs))
@@ -88,7 +99,7 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 		if i < len(spec.Gateways) {
 			gateway = spec.Gateways[i]
 		}
-		r, errs := rv.resolve(cidr, gateway, cidrsPath.Index(i), gatewaysPath.Index(i))
+		r, errs := rv.resolve(cidr, gateway, fields, i)
 		if len(errs) > 0 {
 			return nil, errs
 		}
@@ -97,11 +108,11 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 	if len(families) == 2 && families[0].Prefix.Addr().Is4() == families[1].Prefix.Addr().Is4() {
 		return nil, field.ErrorList{field.Invalid(cidrsPath, spec.CIDRs, "must be of different families: one IPv4 and one IPv6")}
 	}
-	errs := families.reserve(spec.Reserved, field.NewPath("spec", "reserved"))
+	errs := families.reserve(spec.Reserved)
 	if spec.MTU != 0 && spec.MTU < 1280 && slices.ContainsFunc(families, func(f Resolved) bool { return f.Prefix.Addr().Is6() }) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "mtu"), spec.MTU, "must be at least 1280 on a Network with an IPv6 cidr: IPv6 needs it of every link"))
 	}
-	errs = append(errs, families.route(spec.Routes, field.NewPath("spec", "routes"))...)
+	errs = append(errs, families.route(spec.Routes)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -109,8 +120,12 @@ func (rv Resolver) ResolveFamilies(spec samplecrdv2.NetworkSpec) (Families, fiel
 }
 
 // route gives each family the routes of spec.routes of its IP version.
-func (f Families) route(routes []samplecrdv2.NetworkRoute, path *field.Path) field.ErrorList {
+func (f Families) route(routes []samplecrd.NetworkRoute) field.ErrorList {
+	if len(routes) == 0 {
+		return nil
+	}
 	var errs field.ErrorList
+	path := field.NewPath("spec", "routes")
 	seen := map[netip.Prefix]bool{}
 	for i, r := range routes {
 		dstPath, viaPath := path.Index(i).Child("destination"), path.Index(i).Child("via")
@@ -155,8 +170,12 @@ func (f Families) route(routes []samplecrdv2.NetworkRoute, path *field.Path) fie
 }
 
 // reserve gives each family the entries of spec.reserved inside it.
-func (f Families) reserve(entries []string, path *field.Path) field.ErrorList {
+func (f Families) reserve(entries []string) field.ErrorList {
+	if len(entries) == 0 {
+		return nil
+	}
 	var errs field.ErrorList
+	path := field.NewPath("spec", "reserved")
 	for i, entry := range entries {
 		r, err := ParseRange(entry)
 		if err != nil {
@@ -221,7 +240,7 @@ func ParsePrefixes(cidrs ...string) []netip.Prefix {
 	return out
 }
 
-// Families are a v2 spec's families as a backend uses them, in the order
+// Families are a spec's families as a backend uses them, in the order
 // of spec.cidrs: the primary first.
 type Families []Resolved
 
@@ -263,54 +282,54 @@ func (f Families) String() string {
 	return strings.Join(parts, " and ")
 }
 
-// resolve checks one family, its errors naming the fields at cidrPath and
-// gatewayPath.
-func (rv Resolver) resolve(cidr, gateway string, cidrPath, gatewayPath *field.Path) (Resolved, field.ErrorList) {
+// resolve checks the i-th family, its errors naming its fields as fields
+// does.
+func (rv Resolver) resolve(cidr, gateway string, fields Fields, i int) (Resolved, field.ErrorList) {
 	var r Resolved
 	if cidr == "" {
-		return r, field.ErrorList{field.Required(cidrPath, "an IP prefix such as 192.168.0.0/16")}
+		return r, field.ErrorList{field.Required(fields.CIDR(i), "an IP prefix such as 192.168.0.0/16")}
 	}
 	prefix, err := netip.ParsePrefix(cidr)
 	if err != nil {
-		return r, field.ErrorList{field.Invalid(cidrPath, cidr, "must be an IPv4 or IPv6 prefix in CIDR notation, such as 192.168.0.0/16")}
+		return r, field.ErrorList{field.Invalid(fields.CIDR(i), cidr, "must be an IPv4 or IPv6 prefix in CIDR notation, such as 192.168.0.0/16")}
 	}
 	if prefix.Addr().Is4In6() {
-		return r, field.ErrorList{field.Invalid(cidrPath, cidr, "must not be an IPv4-mapped IPv6 prefix; write the IPv4 prefix")}
+		return r, field.ErrorList{field.Invalid(fields.CIDR(i), cidr, "must not be an IPv4-mapped IPv6 prefix; write the IPv4 prefix")}
 	}
 	r.Prefix = prefix.Masked()
 	r.Canonical = r.Prefix == prefix
 	if msg, ok := checkReserved(r.Prefix, rv.AllowReserved); !ok {
-		return r, field.ErrorList{field.Invalid(cidrPath, cidr, msg)}
+		return r, field.ErrorList{field.Invalid(fields.CIDR(i), cidr, msg)}
 	}
 	if !hasHostRange(r.Prefix) {
 		shortest := "/30"
 		if r.Prefix.Addr().Is6() {
 			shortest = "/126"
 		}
-		return r, field.ErrorList{field.Invalid(cidrPath, cidr,
+		return r, field.ErrorList{field.Invalid(fields.CIDR(i), cidr,
 			fmt.Sprintf("must leave room for a gateway and at least one host address: use a prefix of %s or shorter", shortest))}
 	}
 
 	if gateway == "" {
 		gw, ok := FirstUsable(r.Prefix)
 		if !ok || checkGateway(r.Prefix, gw) != "" {
-			return r, field.ErrorList{field.Invalid(cidrPath, cidr, "has no usable address for a gateway")}
+			return r, field.ErrorList{field.Invalid(fields.CIDR(i), cidr, "has no usable address for a gateway")}
 		}
 		r.Gateway = gw
 		return r, nil
 	}
 	gw, err := netip.ParseAddr(gateway)
 	if err != nil || gw.Zone() != "" {
-		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, "must be an IP address, such as 192.168.0.1")}
+		return r, field.ErrorList{field.Invalid(fields.Gateway(i), gateway, "must be an IP address, such as 192.168.0.1")}
 	}
 	switch {
 	case gw.Is4() != r.Prefix.Addr().Is4():
-		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, fmt.Sprintf("must be of the same IP family as %s %s", cidrPath, cidr))}
+		return r, field.ErrorList{field.Invalid(fields.Gateway(i), gateway, fmt.Sprintf("must be of the same IP family as %s %s", fields.CIDR(i), cidr))}
 	case !r.Prefix.Contains(gw):
-		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, fmt.Sprintf("must be an address inside %s %s", cidrPath, r.Prefix))}
+		return r, field.ErrorList{field.Invalid(fields.Gateway(i), gateway, fmt.Sprintf("must be an address inside %s %s", fields.CIDR(i), r.Prefix))}
 	}
 	if msg := checkGateway(r.Prefix, gw); msg != "" {
-		return r, field.ErrorList{field.Invalid(gatewayPath, gateway, msg)}
+		return r, field.ErrorList{field.Invalid(fields.Gateway(i), gateway, msg)}
 	}
 	r.Gateway = gw
 	return r, nil

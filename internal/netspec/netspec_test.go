@@ -7,9 +7,20 @@ import (
 	"strings"
 	"testing"
 
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
-	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
+
+// resolveOne resolves a spec of one family as a v1 client writes it, the
+// errors naming v1's fields.
+func resolveOne(rv Resolver, cidr, gateway string) (Resolved, field.ErrorList) {
+	families, errs := rv.Resolve(&samplecrd.NetworkSpec{CIDRs: []string{cidr}, Gateways: []string{gateway}}, Fields{V1: true})
+	if len(errs) > 0 {
+		return Resolved{}, errs
+	}
+	return families[0], nil
+}
 
 func TestResolve(t *testing.T) {
 	for _, tc := range []struct {
@@ -41,7 +52,7 @@ func TestResolve(t *testing.T) {
 		{cidr: "fd00::/64", gateway: "fd00::", errContains: "network address"},
 		{cidr: "10.0.0.4/30", gateway: "10.0.0.7", errContains: "broadcast address of 10.0.0.4/30"},
 	} {
-		r, errs := Resolve(samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway})
+		r, errs := resolveOne(Resolver{}, tc.cidr, tc.gateway)
 		if tc.errContains != "" {
 			if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.errContains) {
 				t.Errorf("Resolve(%q, %q) = %v, want error containing %q", tc.cidr, tc.gateway, errs, tc.errContains)
@@ -58,6 +69,31 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// A spec's errors name its fields as the client's version does: v2's
+// items, or v1's fields for the one family a v1 client writes; the lists
+// whole as v2 does.
+func TestResolveNamesFields(t *testing.T) {
+	outside := &samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/8"}, Gateways: []string{"11.0.0.1"}}
+	for _, tc := range []struct {
+		spec   *samplecrd.NetworkSpec
+		fields Fields
+		want   string
+	}{
+		{outside, Fields{}, `spec.gateways[0]: Invalid value: "11.0.0.1": must be an address inside spec.cidrs[0] 10.0.0.0/8`},
+		{outside, Fields{V1: true}, `spec.gateway: Invalid value: "11.0.0.1": must be an address inside spec.cidr 10.0.0.0/8`},
+		{&samplecrd.NetworkSpec{CIDRs: []string{""}}, Fields{V1: true}, "spec.cidr: Required value: an IP prefix such as 192.168.0.0/16"},
+		{&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/8", "fd00::/127"}}, Fields{}, `spec.cidrs[1]: Invalid value: "fd00::/127": must leave room`},
+		{&samplecrd.NetworkSpec{}, Fields{}, "spec.cidrs: Required value: one or two IP prefixes"},
+		{&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/8", "fd00::/64", "10.1.0.0/16"}}, Fields{}, "spec.cidrs: Too many: 3: must have at most 2 items"},
+		{&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/8"}, Gateways: []string{"10.0.0.1", "fd00::1"}}, Fields{}, "spec.gateways: Too many: 2: must have at most 1 item"},
+		{&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/8", "10.1.0.0/16"}}, Fields{}, `spec.cidrs: Invalid value: ["10.0.0.0/8","10.1.0.0/16"]: must be of different families`},
+	} {
+		if _, errs := (Resolver{}).Resolve(tc.spec, tc.fields); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want) {
+			t.Errorf("Resolve(%+v, %+v) = %v, want an error containing %q", tc.spec, tc.fields, errs, tc.want)
+		}
+	}
+}
+
 func FuzzResolve(f *testing.F) {
 	for _, s := range [][2]string{{"192.168.0.0/16", "192.168.0.1"}, {"fd00::/64", ""}, {"10.0.0.0/8", "10.255.255.255"},
 		{"::/0", ""}, {"169.254.0.0/16", ""}, {"160.0.0.0/3", "169.254.0.1"}, {"fe80::/64", "fe80::1"}} {
@@ -65,7 +101,7 @@ func FuzzResolve(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, cidr, gateway string) {
 		for _, rv := range []Resolver{{}, {AllowReserved: true}} {
-			r, errs := rv.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway})
+			r, errs := resolveOne(rv, cidr, gateway)
 			if len(errs) > 0 {
 				continue
 			}
@@ -108,10 +144,10 @@ func TestLastAddr(t *testing.T) {
 // family it lies in; what is not one, or lies outside every cidr or
 // across one's end, is refused naming the entry.
 func TestReserved(t *testing.T) {
-	spec := func(reserved ...string) samplecrdv2.NetworkSpec {
-		return samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, Reserved: reserved}
+	spec := func(reserved ...string) *samplecrd.NetworkSpec {
+		return &samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, Reserved: reserved}
 	}
-	families, errs := Resolver{}.ResolveFamilies(spec("10.0.0.5", "10.0.0.16/28", "10.0.0.2-10.0.0.20", "fd00::10-fd00::1f", "10.0.0.33/28"))
+	families, errs := Resolver{}.Resolve(spec("10.0.0.5", "10.0.0.16/28", "10.0.0.2-10.0.0.20", "fd00::10-fd00::1f", "10.0.0.33/28"), Fields{})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -141,7 +177,7 @@ func TestReserved(t *testing.T) {
 		"fe80::1%eth0":         "must be an address",
 		"fd00::1:0:0:0-fd01::": "not cross its end",
 	} {
-		_, errs := Resolver{}.ResolveFamilies(spec(entry))
+		_, errs := Resolver{}.Resolve(spec(entry), Fields{})
 		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), msg) {
 			t.Errorf("reserved %q: %v, want an error containing %q", entry, errs, msg)
 		}
@@ -153,13 +189,13 @@ func TestReserved(t *testing.T) {
 // overlapping it, or twice, and a via outside it, are refused naming the
 // field.
 func TestRoutes(t *testing.T) {
-	spec := func(routes ...samplecrdv2.NetworkRoute) samplecrdv2.NetworkSpec {
-		return samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, Gateways: []string{"10.0.0.1"}, Routes: routes}
+	spec := func(routes ...samplecrd.NetworkRoute) *samplecrd.NetworkSpec {
+		return &samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, Gateways: []string{"10.0.0.1"}, Routes: routes}
 	}
-	route := func(dst, via string) samplecrdv2.NetworkRoute {
-		return samplecrdv2.NetworkRoute{Destination: dst, Via: via}
+	route := func(dst, via string) samplecrd.NetworkRoute {
+		return samplecrd.NetworkRoute{Destination: dst, Via: via}
 	}
-	families, errs := Resolver{}.ResolveFamilies(spec(route("10.200.0.0/16", ""), route("192.168.7.1/24", "10.0.0.254")))
+	families, errs := Resolver{}.Resolve(spec(route("10.200.0.0/16", ""), route("192.168.7.1/24", "10.0.0.254")), Fields{})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -167,20 +203,20 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("routes %s", got)
 	}
 	for _, tc := range []struct {
-		routes []samplecrdv2.NetworkRoute
+		routes []samplecrd.NetworkRoute
 		want   string
 	}{
-		{[]samplecrdv2.NetworkRoute{route("fd00::/64", "")}, `spec.routes[0].destination: Invalid value: "fd00::/64": has no cidr of its IP family in spec.cidrs`},
-		{[]samplecrdv2.NetworkRoute{route("10.0.0.0/16", "")}, `spec.routes[0].destination: Invalid value: "10.0.0.0/16": must not overlap the Network's cidr 10.0.0.0/24`},
-		{[]samplecrdv2.NetworkRoute{route("0.0.0.0/0", "")}, "must not overlap the Network's cidr"},
-		{[]samplecrdv2.NetworkRoute{route("10.0.0.128/25", "")}, "must not overlap"},
-		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", ""), route("10.200.1.0/16", "")}, `spec.routes[1].destination: Duplicate value: "10.200.1.0/16"`},
-		{[]samplecrdv2.NetworkRoute{route("nope", "")}, "spec.routes[0].destination: Invalid value: \"nope\": must be an IP prefix"},
-		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "10.9.0.1")}, `spec.routes[0].via: Invalid value: "10.9.0.1": must be an address of the Network, inside its cidr 10.0.0.0/24`},
-		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "10.0.0.255")}, "spec.routes[0].via: Invalid value: \"10.0.0.255\": must not be the broadcast address"},
-		{[]samplecrdv2.NetworkRoute{route("10.200.0.0/16", "x")}, "spec.routes[0].via: Invalid value: \"x\": must be an IP address"},
+		{[]samplecrd.NetworkRoute{route("fd00::/64", "")}, `spec.routes[0].destination: Invalid value: "fd00::/64": has no cidr of its IP family in spec.cidrs`},
+		{[]samplecrd.NetworkRoute{route("10.0.0.0/16", "")}, `spec.routes[0].destination: Invalid value: "10.0.0.0/16": must not overlap the Network's cidr 10.0.0.0/24`},
+		{[]samplecrd.NetworkRoute{route("0.0.0.0/0", "")}, "must not overlap the Network's cidr"},
+		{[]samplecrd.NetworkRoute{route("10.0.0.128/25", "")}, "must not overlap"},
+		{[]samplecrd.NetworkRoute{route("10.200.0.0/16", ""), route("10.200.1.0/16", "")}, `spec.routes[1].destination: Duplicate value: "10.200.1.0/16"`},
+		{[]samplecrd.NetworkRoute{route("nope", "")}, "spec.routes[0].destination: Invalid value: \"nope\": must be an IP prefix"},
+		{[]samplecrd.NetworkRoute{route("10.200.0.0/16", "10.9.0.1")}, `spec.routes[0].via: Invalid value: "10.9.0.1": must be an address of the Network, inside its cidr 10.0.0.0/24`},
+		{[]samplecrd.NetworkRoute{route("10.200.0.0/16", "10.0.0.255")}, "spec.routes[0].via: Invalid value: \"10.0.0.255\": must not be the broadcast address"},
+		{[]samplecrd.NetworkRoute{route("10.200.0.0/16", "x")}, "spec.routes[0].via: Invalid value: \"x\": must be an IP address"},
 	} {
-		_, errs := Resolver{}.ResolveFamilies(spec(tc.routes...))
+		_, errs := Resolver{}.Resolve(spec(tc.routes...), Fields{})
 		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want) {
 			t.Errorf("routes %v: %v, want an error containing %q", tc.routes, errs, tc.want)
 		}
@@ -189,11 +225,11 @@ func TestRoutes(t *testing.T) {
 
 // An IPv6 Network's MTU is at least IPv6's minimum link MTU.
 func TestMTUOfIPv6(t *testing.T) {
-	if _, errs := (Resolver{}).ResolveFamilies(samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, MTU: 1000}); len(errs) == 0 ||
+	if _, errs := (Resolver{}).Resolve(&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/64"}, MTU: 1000}, Fields{}); len(errs) == 0 ||
 		!strings.Contains(errs.ToAggregate().Error(), "spec.mtu: Invalid value: 1000: must be at least 1280 on a Network with an IPv6 cidr") {
 		t.Errorf("IPv6 with MTU 1000: %v", errs)
 	}
-	if _, errs := (Resolver{}).ResolveFamilies(samplecrdv2.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, MTU: 1000}); len(errs) > 0 {
+	if _, errs := (Resolver{}).Resolve(&samplecrd.NetworkSpec{CIDRs: []string{"10.0.0.0/24"}, MTU: 1000}, Fields{}); len(errs) > 0 {
 		t.Errorf("IPv4 with MTU 1000: %v", errs)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 )
 
 // Every reserved range is refused, by default, with its purpose; a prefix
@@ -20,10 +20,10 @@ func TestReservedPrefixes(t *testing.T) {
 		if r.prefix.Addr().Is4In6() {
 			want = fmt.Sprintf(`spec.cidr: Invalid value: %q: must not be an IPv4-mapped IPv6 prefix; write the IPv4 prefix`, cidr)
 		}
-		if _, errs := strict.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr}); errs.ToAggregate() == nil || errs.ToAggregate().Error() != want {
+		if _, errs := resolveOne(strict, cidr, ""); errs.ToAggregate() == nil || errs.ToAggregate().Error() != want {
 			t.Errorf("Resolve(%s) = %v, want %s", cidr, errs, want)
 		}
-		_, errs := allowing.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr})
+		_, errs := resolveOne(allowing, cidr, "")
 		// Single addresses are refused anyway (no room for a host), and so
 		// are ranges that contain one refused always.
 		wantRefused := r.always || !hasHostRange(r.prefix) || r.prefix.Addr().Is4In6()
@@ -127,7 +127,7 @@ func TestReservedPrefixes(t *testing.T) {
 			rv   Resolver
 			want string
 		}{{strict, tc.want}, {allowing, tc.wantAllowed}} {
-			r, errs := c.rv.Resolve(samplecrdv1.NetworkSpec{CIDR: tc.cidr, Gateway: tc.gateway})
+			r, errs := resolveOne(c.rv, tc.cidr, tc.gateway)
 			switch {
 			case c.want == "" && len(errs) > 0:
 				t.Errorf("%+v.Resolve(%q, %q): %v", c.rv, tc.cidr, tc.gateway, errs)
@@ -140,18 +140,31 @@ func TestReservedPrefixes(t *testing.T) {
 	}
 }
 
-// Resolve runs on every admission and every sync.
+// Resolve runs on every admission, and on each version of a Network in
+// the controllers.
 func BenchmarkResolve(b *testing.B) {
-	for _, spec := range []samplecrdv1.NetworkSpec{
-		{CIDR: "192.168.0.0/16", Gateway: "192.168.0.1"},
-		{CIDR: "fd00:1:2::/64"},
-		{CIDR: "0.0.0.0/0"},
+	for _, spec := range []samplecrd.NetworkSpec{
+		{CIDRs: []string{"192.168.0.0/16"}, Gateways: []string{"192.168.0.1"}},
+		{CIDRs: []string{"fd00:1:2::/64"}},
+		{CIDRs: []string{"0.0.0.0/0"}},
 	} {
-		b.Run(spec.CIDR, func(b *testing.B) {
+		b.Run(spec.CIDRs[0], func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, _ = Resolve(spec)
+				_, _ = Resolver{}.Resolve(&spec, Fields{V1: true})
 			}
 		})
+	}
+}
+
+// A dual-stack Network with reserved ranges and a route, as v2 writes it.
+func BenchmarkResolveDualStack(b *testing.B) {
+	spec := samplecrd.NetworkSpec{CIDRs: []string{"10.80.0.0/16", "fd80::/64"}, Reserved: []string{"10.80.0.200-10.80.0.209", "fd80::100/120"},
+		Routes: []samplecrd.NetworkRoute{{Destination: "10.99.0.0/16"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, errs := (Resolver{}).Resolve(&spec, Fields{}); len(errs) > 0 {
+			b.Fatal(errs)
+		}
 	}
 }

@@ -107,8 +107,9 @@ type Controller struct {
 	backend  backend.Backend
 	recorder record.EventRecorder
 	metrics  *metrics.Metrics
-	// resolver says what a spec means, under --allow-reserved-prefixes.
-	resolver netspec.Resolver
+	// specs say what each version of a spec means, under
+	// --allow-reserved-prefixes.
+	specs *networkcache.Specs
 	// cluster is Options.Cluster.
 	cluster string
 	// arbiter decides which of overlapping Networks is built.
@@ -144,7 +145,7 @@ func New(ctx context.Context, client versioned.Interface, networks networkcache.
 		backend:  be,
 		recorder: recorder,
 		metrics:  m,
-		resolver: netspec.Resolver{AllowReserved: opts.AllowReservedPrefixes},
+		specs:    networkcache.NewSpecs(netspec.Resolver{AllowReserved: opts.AllowReservedPrefixes}),
 		arbiter:  overlap.NewArbiter(),
 		cluster:  opts.Cluster,
 
@@ -199,6 +200,7 @@ func New(ctx context.Context, client versioned.Interface, networks networkcache.
 			}
 			if ok {
 				c.outcome.deleted(n)
+				c.specs.Forget(n.UID)
 				// Its finalizer removed its backend network, or someone
 				// removed the finalizer: either way nothing waits for it.
 				c.enqueueEntries(c.arbiter.Withdraw(n.UID))
@@ -317,7 +319,7 @@ func (c *Controller) contenderEntry(n *samplecrdv2.Network) (overlap.Entry, bool
 	if n.DeletionTimestamp != nil {
 		return overlap.Entry{}, false
 	}
-	families, errs := c.resolver.ResolveFamilies(n.Spec)
+	families, errs := c.specs.Resolve(n)
 	if len(errs) > 0 {
 		return overlap.Entry{}, false
 	}
@@ -332,7 +334,7 @@ func (c *Controller) builtEntry(n *samplecrdv2.Network) (overlap.Entry, bool) {
 	}
 	e := entryOf(n)
 	e.Prefixes = netspec.ParsePrefixes(n.Status.CIDRs...)
-	if families, errs := c.resolver.ResolveFamilies(n.Spec); len(errs) == 0 {
+	if families, errs := c.specs.Resolve(n); len(errs) == 0 {
 		for _, p := range families.Prefixes() {
 			if !slices.Contains(e.Prefixes, p) {
 				e.Prefixes = append(e.Prefixes, p)

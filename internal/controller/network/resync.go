@@ -72,7 +72,7 @@ func (c *Controller) resync(ctx context.Context) {
 // status say. An invalid spec is in sync: nothing can be done until it
 // changes.
 func (c *Controller) inSync(n *samplecrdv2.Network, observed map[types.UID]backend.Observed) bool {
-	families, errs := c.resolver.ResolveFamilies(n.Spec)
+	families, errs := c.specs.Resolve(n)
 	if len(errs) > 0 {
 		return true
 	}

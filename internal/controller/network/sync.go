@@ -49,7 +49,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return c.unrealise(ctx, cached, n)
 	}
 
-	families, errs := c.resolver.ResolveFamilies(n.Spec)
+	families, errs := c.specs.Resolve(n)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		c.outcome.eventf(n, corev1.EventTypeWarning, samplecrd.ReasonInvalid, "Invalid spec: %s", msg)
@@ -182,6 +182,8 @@ func (c *Controller) unrealise(ctx context.Context, cached, n *samplecrdv2.Netwo
 	// stopped following it: an overlapping Network its pods use builds.
 	c.enqueueEntries(c.arbiter.Withdraw(n.UID))
 	c.enqueueEntries(c.arbiter.Release(n.UID))
+	// Nor is its spec asked about: that cache tells nothing of its end.
+	c.specs.Forget(n.UID)
 	return err
 }
 

@@ -55,31 +55,14 @@ type AddressHolders interface {
 	HeldIn(n *samplecrdv2.Network, r ipam.Range, limit int) (netselect.Holders, error)
 }
 
-// fields name a Network's fields as its client wrote them: v1's spec.cidr
-// and spec.gateway for a v1 client's Network of one family, so that the
-// tutorial's users read about the fields they wrote; v2's list items
-// otherwise (a v2 client, or a second family, which v1 keeps in an
-// annotation).
-type fields struct{ v1 bool }
-
-// fieldsOf are the fields of a request's Network, given the Network it
-// replaces on an update (nil on create).
-func fieldsOf(req *admissionv1.AdmissionRequest, n, old *samplecrdv2.Network) fields {
-	return fields{v1: req.Kind.Version == samplecrdv1.SchemeGroupVersion.Version && !dualStack(n) && (old == nil || !dualStack(old))}
-}
-
-func (f fields) cidr(i int) *field.Path {
-	if f.v1 {
-		return field.NewPath("spec", "cidr")
-	}
-	return field.NewPath("spec", "cidrs").Index(i)
-}
-
-func (f fields) gateway(i int) *field.Path {
-	if f.v1 {
-		return field.NewPath("spec", "gateway")
-	}
-	return field.NewPath("spec", "gateways").Index(i)
+// fieldsOf says how errors name the fields of a request's Network, given
+// the Network it replaces on an update (nil on create): as its client
+// wrote them, v1's spec.cidr and spec.gateway for a v1 client's Network of
+// one family, so that the tutorial's users read about the fields they
+// wrote; v2's list items otherwise (a v2 client, or a second family, which
+// v1 keeps in an annotation).
+func fieldsOf(req *admissionv1.AdmissionRequest, n, old *samplecrdv2.Network) netspec.Fields {
+	return netspec.Fields{V1: req.Kind.Version == samplecrdv1.SchemeGroupVersion.Version && !dualStack(n) && (old == nil || !dualStack(old))}
 }
 
 // decode reads an admitted Network, of either version, as v2, the version
@@ -179,28 +162,34 @@ func first(list []string) string {
 }
 
 // resolve resolves n's families as the controller will, with errors that
-// name the fields as f does.
-func (a *Admission) resolve(n *samplecrdv2.Network, f fields) (netspec.Families, field.ErrorList) {
-	if !f.v1 {
-		return a.Resolver.ResolveFamilies(n.Spec)
+// name the fields as f does. A v1 client's Network is resolved as v1 shows
+// it: its one family.
+func (a *Admission) resolve(n *samplecrdv2.Network, f netspec.Fields) (netspec.Families, field.ErrorList) {
+	var spec samplecrd.NetworkSpec
+	switch {
+	case f.V1 && len(n.Spec.CIDRs) == 0:
+		// Named as v1 names a missing spec.cidr.
+		spec.CIDRs, spec.Gateways = []string{""}, n.Spec.Gateways
+	case f.V1:
+		// At most one of each: Fields.V1 is for a Network of one family.
+		spec.CIDRs, spec.Gateways = n.Spec.CIDRs, n.Spec.Gateways
+	default:
+		// v2's spec is the hub's field for field: a copy that cannot fail.
+		_ = samplecrdv2.Convert_v2_NetworkSpec_To_samplecrd_NetworkSpec(&n.Spec, &spec, nil)
 	}
-	resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: first(n.Spec.CIDRs), Gateway: first(n.Spec.Gateways)})
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return netspec.Families{resolved}, nil
+	return a.Resolver.Resolve(&spec, f)
 }
 
 // overlaps finds another Network, in any namespace, whose cidrs overlap one
 // of n's.
-func (a *Admission) overlaps(ctx context.Context, n *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
+func (a *Admission) overlaps(ctx context.Context, n *samplecrdv2.Network, f netspec.Fields, families netspec.Families) field.ErrorList {
 	for i, family := range families {
 		other, ok, err := a.CIDRs.Overlapping(ctx, family.Prefix, n.Namespace, n.Name)
 		if err != nil {
-			return field.ErrorList{field.InternalError(f.cidr(i), err)}
+			return field.ErrorList{field.InternalError(f.CIDR(i), err)}
 		}
 		if ok {
-			return field.ErrorList{field.Invalid(f.cidr(i), n.Spec.CIDRs[i],
+			return field.ErrorList{field.Invalid(f.CIDR(i), n.Spec.CIDRs[i],
 				fmt.Sprintf("overlaps Network %s/%s (%s)", other.Namespace, other.Name, other.Overlapping(family.Prefix)))}
 		}
 	}
@@ -210,7 +199,7 @@ func (a *Admission) overlaps(ctx context.Context, n *samplecrdv2.Network, f fiel
 // addressesHeld refuses to move or remove a family of a Network that pods
 // hold addresses of: they would keep addresses outside it. A family is
 // matched to the old one of the same IP version; one may be added.
-func (a *Admission) addressesHeld(old *samplecrdv2.Network, f fields, families netspec.Families) field.ErrorList {
+func (a *Admission) addressesHeld(old *samplecrdv2.Network, f netspec.Fields, families netspec.Families) field.ErrorList {
 	if a.Addresses == nil || old == nil {
 		return nil
 	}
@@ -230,9 +219,9 @@ func (a *Admission) addressesHeld(old *samplecrdv2.Network, f fields, families n
 		if holders.Count == 0 {
 			continue
 		}
-		path, value := f.cidr(i), old.Spec.CIDRs[i]
+		path, value := f.CIDR(i), old.Spec.CIDRs[i]
 		if j >= 0 && families[j].Prefix == w.Prefix {
-			path, value = f.gateway(i), w.Gateway.String()
+			path, value = f.Gateway(i), w.Gateway.String()
 			if i < len(old.Spec.Gateways) {
 				value = old.Spec.Gateways[i]
 			}
@@ -273,19 +262,19 @@ func (a *Admission) reservedHeld(old, n *samplecrdv2.Network) field.ErrorList {
 // bits set) or says it in a form other than the canonical one (IPv6 in
 // upper case or not compressed, worded as Kubernetes warns about its own
 // fields), since the spec is stored as written.
-func warnings(n *samplecrdv2.Network, f fields, families netspec.Families) []string {
+func warnings(n *samplecrdv2.Network, f netspec.Fields, families netspec.Families) []string {
 	var w []string
 	for i, resolved := range families {
 		cidr := n.Spec.CIDRs[i]
 		switch {
 		case !resolved.Canonical:
-			w = append(w, fmt.Sprintf("%s %q has host bits set: it means the network %s", f.cidr(i), cidr, resolved.Prefix))
+			w = append(w, fmt.Sprintf("%s %q has host bits set: it means the network %s", f.CIDR(i), cidr, resolved.Prefix))
 		case resolved.Prefix.Addr().Is6() && cidr != resolved.Prefix.String():
-			w = append(w, fmt.Sprintf("%s: IPv6 CIDR value %q should be in RFC 5952 canonical format (%q)", f.cidr(i), cidr, resolved.Prefix))
+			w = append(w, fmt.Sprintf("%s: IPv6 CIDR value %q should be in RFC 5952 canonical format (%q)", f.CIDR(i), cidr, resolved.Prefix))
 		}
 		if i < len(n.Spec.Gateways) {
 			if gateway := n.Spec.Gateways[i]; gateway != "" && resolved.Gateway.Is6() && gateway != resolved.Gateway.String() {
-				w = append(w, fmt.Sprintf("%s: IPv6 address %q should be in RFC 5952 canonical format (%q)", f.gateway(i), gateway, resolved.Gateway))
+				w = append(w, fmt.Sprintf("%s: IPv6 address %q should be in RFC 5952 canonical format (%q)", f.Gateway(i), gateway, resolved.Gateway))
 			}
 		}
 	}
@@ -351,11 +340,11 @@ func (a *Admission) defaultGateways(n, old *samplecrdv2.Network) []string {
 
 // defaultGateway is the gateway a cidr gets when none is given.
 func (a *Admission) defaultGateway(cidr string) (string, bool) {
-	resolved, errs := a.Resolver.Resolve(samplecrdv1.NetworkSpec{CIDR: cidr})
+	families, errs := a.Resolver.Resolve(&samplecrd.NetworkSpec{CIDRs: []string{cidr}}, netspec.Fields{})
 	if len(errs) > 0 {
 		return "", false
 	}
-	return resolved.Gateway.String(), true
+	return families[0].Gateway.String(), true
 }
 
 // gatewayPatch sets n's gateways to gateways in the version the client

@@ -19,6 +19,7 @@ import (
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
 	"github.com/netop-dev/netop/internal/webhook"
+	"github.com/netop-dev/netop/pkg/apis/samplecrd"
 	"github.com/netop-dev/netop/pkg/apis/samplecrd/install"
 	samplecrdv1 "github.com/netop-dev/netop/pkg/apis/samplecrd/v1"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
@@ -77,8 +78,8 @@ func FuzzValidateAndDefault(f *testing.F) {
 			Spec:       samplecrdv1.NetworkSpec{CIDR: cidr, Gateway: gateway},
 		}
 		resp := a.Validate(context.Background(), request(admissionv1.Create, n))
-		resolved, errs := netspec.Resolve(n.Spec)
-		overlaps := len(errs) == 0 && resolved.Prefix.Overlaps(netipPrefix("10.0.0.0/16"))
+		resolved, errs := netspec.Resolver{}.Resolve(&samplecrd.NetworkSpec{CIDRs: []string{cidr}, Gateways: []string{gateway}}, netspec.Fields{V1: true})
+		overlaps := len(errs) == 0 && resolved[0].Prefix.Overlaps(netipPrefix("10.0.0.0/16"))
 		if resp.Allowed != (len(errs) == 0 && !overlaps) {
 			t.Fatalf("Validate(%q, %q) allowed=%v, resolve errors %v, overlaps %v", cidr, gateway, resp.Allowed, errs, overlaps)
 		}
@@ -456,5 +457,16 @@ func TestValidateReserved(t *testing.T) {
 	req.OldObject = request(admissionv1.Update, old).Object
 	if resp := a.Validate(context.Background(), req); resp.Allowed || !strings.Contains(resp.Result.Message, "spec.reserved[0]: Forbidden") {
 		t.Errorf("a v1 client reserving a held address: %v", resp.Result)
+	}
+}
+
+// A v1 client's Network without spec.cidr is refused naming the field as
+// v1 does.
+func TestValidateV1NamesAMissingCIDR(t *testing.T) {
+	a := admissionWith(t)
+	n := &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n"}, Spec: samplecrdv1.NetworkSpec{Gateway: "10.0.0.1"}}
+	want := "spec.cidr: Required value: an IP prefix such as 192.168.0.0/16"
+	if resp := a.Validate(context.Background(), request(admissionv1.Create, n)); resp.Allowed || !strings.Contains(resp.Result.Message, want) {
+		t.Errorf("a v1 Network without a cidr: %+v, want refused with %q", resp.Result, want)
 	}
 }

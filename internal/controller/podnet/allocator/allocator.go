@@ -29,6 +29,7 @@ import (
 	"github.com/netop-dev/netop/internal/ipam"
 	"github.com/netop-dev/netop/internal/netselect"
 	"github.com/netop-dev/netop/internal/netspec"
+	"github.com/netop-dev/netop/internal/networkcache"
 	"github.com/netop-dev/netop/internal/tenancy"
 	samplecrdv2 "github.com/netop-dev/netop/pkg/apis/samplecrd/v2"
 )
@@ -63,8 +64,9 @@ type Reads struct {
 
 // Allocator keeps what pods hold of Networks' addresses and MACs.
 type Allocator struct {
-	reads    Reads
-	resolver netspec.Resolver
+	reads Reads
+	// specs say what each version of a Network's spec means.
+	specs *networkcache.Specs
 	// retry is handed the pods that waited for a Network once it may let
 	// them in.
 	retry func(pod cache.ObjectName)
@@ -101,7 +103,7 @@ type held struct {
 // may let them in.
 func New(r Reads, resolver netspec.Resolver, retry func(pod cache.ObjectName)) *Allocator {
 	return &Allocator{
-		reads: r, resolver: resolver, retry: retry, changed: func(cache.ObjectName) {},
+		reads: r, specs: networkcache.NewSpecs(resolver), retry: retry, changed: func(cache.ObjectName) {},
 		pools: map[types.UID]familyPools{}, macs: map[types.UID]map[string]string{}, held: map[cache.ObjectName]held{},
 		waiting: map[string]map[cache.ObjectName]bool{}, retired: map[types.UID]bool{},
 	}
@@ -287,7 +289,7 @@ func (al *Allocator) waitLocked(network string, pod cache.ObjectName) {
 // pods carry the first time they are needed, and again if the Network's
 // cidrs or gateways changed.
 func (al *Allocator) poolsLocked(network *samplecrdv2.Network) (familyPools, netspec.Families, error) {
-	families, errs := al.resolver.ResolveFamilies(network.Spec)
+	families, errs := al.specs.Resolve(network)
 	if len(errs) > 0 {
 		return nil, nil, errs.ToAggregate()
 	}

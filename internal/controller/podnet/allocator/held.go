@@ -148,6 +148,7 @@ func (al *Allocator) NetworkDeleted(n *samplecrdv2.Network) {
 	delete(al.pools, n.UID)
 	delete(al.macs, n.UID)
 	delete(al.retired, n.UID)
+	al.specs.Forget(n.UID)
 }
 
 // wake retries the pods waiting for the Network namespace/name.

@@ -127,7 +127,7 @@ func (al *Allocator) CheckPinned(network *samplecrdv2.Network, s netselect.Selec
 	if len(s.IPs) == 0 {
 		return nil
 	}
-	families, errs := al.resolver.ResolveFamilies(network.Spec)
+	families, errs := al.specs.Resolve(network)
 	if len(errs) > 0 {
 		return nil
 	}
