@@ -76,7 +76,9 @@ var components = []part{{
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.Agent.AddFlags(fs) },
 	validate: func(o *Options) error { return o.Agent.Validate() },
 	// Before the policy enforcement, which reads the Networks it holds.
-	build: func(ctx context.Context, s *shared) (runnable, error) { return built(agent.Build(ctx, s.Context, s.opts.Agent)) },
+	build: func(ctx context.Context, s *shared) (runnable, error) {
+		return built(agent.Build(ctx, s.Context, s.opts.Agent))
+	},
 }, {
 	name: "hot-plug", roles: buildingBridges,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.HotPlug.AddFlags(fs) },
@@ -87,7 +89,9 @@ var components = []part{{
 }, {
 	// The node side of the CNI plugin: ADD, from the pod cache.
 	name: "CNI server", roles: buildingBridges,
-	build: func(_ context.Context, s *shared) (runnable, error) { return built(cniserver.Build(s.Context, s.opts.Backend.Netns)) },
+	build: func(_ context.Context, s *shared) (runnable, error) {
+		return built(cniserver.Build(s.Context, s.opts.Backend.Netns))
+	},
 }, {
 	name: "network policy enforcement", roles: buildingBridges,
 	build: func(ctx context.Context, s *shared) (runnable, error) {
@@ -115,7 +119,9 @@ var components = []part{{
 	name: "workload controller", roles: clusterWide, leaderOnly: true,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.Workloads.AddFlags(fs) },
 	validate: func(o *Options) error { return o.Workloads.Validate(o.Namespace) },
-	build:    func(ctx context.Context, s *shared) (runnable, error) { return built(workload.Build(ctx, s.Context, s.opts.Workloads)) },
+	build: func(ctx context.Context, s *shared) (runnable, error) {
+		return built(workload.Build(ctx, s.Context, s.opts.Workloads))
+	},
 }, {
 	name: "NetworkAttachmentDefinition controller", roles: clusterWide, leaderOnly: true,
 	build: func(ctx context.Context, s *shared) (runnable, error) { return built(nad.Build(ctx, s.Context)) },
@@ -123,7 +129,9 @@ var components = []part{{
 	name: "At controller", roles: clusterWide, leaderOnly: true,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.Ats.AddFlags(fs) },
 	validate: func(o *Options) error { return o.Ats.Validate() },
-	build:    func(ctx context.Context, s *shared) (runnable, error) { return built(at.Build(ctx, s.Context, s.opts.Ats)) },
+	build: func(ctx context.Context, s *shared) (runnable, error) {
+		return built(at.Build(ctx, s.Context, s.opts.Ats))
+	},
 }, {
 	name: "Deployment network controller", roles: clusterWide, leaderOnly: true,
 	flags:    func(o *Options, fs *pflag.FlagSet) { o.DeploymentNetworks.AddFlags(fs) },

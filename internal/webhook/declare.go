@@ -45,7 +45,7 @@ func NamespacesExcept(names ...string) metav1.LabelSelectorRequirement {
 }
 
 // CELAnnotation is the CEL for the annotation key of object (the
-// request's "object" or "oldObject", or a path into one): its value, or ''
+// request's "object" or "oldObject", or a path into one): its value, or ”
 // where it has none. has() keeps the expression from failing, and the
 // failure policy from applying, on an object without annotations.
 func CELAnnotation(object, key string) string {
@@ -62,7 +62,7 @@ func AnnotationIs(name, key, value string) admissionregistrationv1.MatchConditio
 }
 
 // CELTemplateAnnotation is the CEL for the annotation key of object's pod
-// template ('' if none): a CronJob's in its Job template, any other
+// template (” if none): a CronJob's in its Job template, any other
 // workload's in spec.template.
 func CELTemplateAnnotation(object, key string) string {
 	of := func(template string) string {
@@ -72,7 +72,7 @@ func CELTemplateAnnotation(object, key string) string {
 }
 
 // CELNewOrChanged is the CEL that value, a CEL expression of the object
-// it is given, is set ('' is unset) on a create, or set and changed by an
+// it is given, is set (” is unset) on a create, or set and changed by an
 // update: what a webhook checks only when it changes.
 func CELNewOrChanged(value func(object string) string) string {
 	return value("object") + " != '' && (request.operation != 'UPDATE' || " + value("object") + " != " + value("oldObject") + ")"
